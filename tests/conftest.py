@@ -50,3 +50,74 @@ def shared_dir() -> Path:
     if not (SHARED / "data").is_dir():
         pytest.skip(f"needs the team's shared data folder at {SHARED} (not part of a fresh clone)")
     return SHARED
+
+
+@pytest.fixture(scope="session")
+def bm25_corpus(tmp_path_factory) -> dict:
+    """A real Lucene BM25 index of 300 pseudo-WikiText articles (~900 passages), built once via the
+    ``ralm.corpus`` CLI. Keys: ``text``, ``index`` (Path), ``jsonl`` (Path), ``n_passages``.
+
+    Any test that searches starts the process-wide JVM; never fork after that.
+    """
+    from ralm.corpus import main
+    from ralm.tiny import wikitext_articles
+
+    d = tmp_path_factory.mktemp("bm25")
+    text = wikitext_articles(n_articles=300, seed=1)
+    (d / "corpus.txt").write_text(text, encoding="utf-8")
+    assert main(["--text-file", str(d / "corpus.txt"), "--out", str(d), "--threads", "2"]) == 0
+    n = sum(1 for f in (d / "jsonl").glob("*.jsonl") for _ in open(f, encoding="utf-8"))
+    return {"text": text, "index": d / "index", "jsonl": d / "jsonl", "n_passages": n}
+
+
+def write_rerank_shards(out_dir, n: int = 48, k: int = 4, seed: int = 0, shards: int = 2, short_every: int = 7):
+    """Write reranker training data in data_gen's parquet layout (random but well-formed).
+
+    Every ``short_every``-th example has fewer than ``k`` candidates, to exercise padding.
+    """
+    import json
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ralm.tiny import wikitext_articles
+
+    rng = random.Random(seed)
+    words = wikitext_articles(n_articles=3, seed=seed).split()
+
+    def text(m):
+        s = rng.randrange(len(words) - m)
+        return " ".join(words[s: s + m])
+
+    rows = []
+    for i in range(n):
+        kk = max(1, k - 2) if i % short_every == 0 else k
+        titles = [text(2) for _ in range(kk)]
+        rows.append(dict(
+            id=1000 + 3 * i, source_title=text(2), position=rng.randrange(10_000),
+            prefix_text=text(rng.randint(5, 80)), prefix_ids=[rng.randrange(500) for _ in range(8)],
+            target_ids=[rng.randrange(500) for _ in range(4)], target_text=text(4), query=text(10),
+            doc_ids=[str(rng.randrange(10**6)) for _ in range(kk)], doc_titles=titles,
+            doc_texts=[f"{t}\n{text(rng.randint(20, 60))}" for t in titles],
+            bm25_scores=sorted((rng.uniform(5, 20) for _ in range(kk)), reverse=True),
+            lm_logprobs=[rng.uniform(-60, -5) for _ in range(kk)], nodoc_logprob=rng.uniform(-60, -5)))
+    schema = pa.schema([
+        ("id", pa.int64()), ("source_title", pa.string()), ("position", pa.int64()), ("prefix_text", pa.string()),
+        ("prefix_ids", pa.list_(pa.int32())), ("target_ids", pa.list_(pa.int32())), ("target_text", pa.string()),
+        ("query", pa.string()), ("doc_ids", pa.list_(pa.string())), ("doc_titles", pa.list_(pa.string())),
+        ("doc_texts", pa.list_(pa.string())), ("bm25_scores", pa.list_(pa.float32())),
+        ("lm_logprobs", pa.list_(pa.float32())), ("nodoc_logprob", pa.float32())])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    per = -(-n // shards)
+    for s in range(shards):
+        pq.write_table(pa.Table.from_pylist(rows[s * per: (s + 1) * per], schema=schema), out / f"shard-{s:05d}.parquet")
+    (out / "manifest.json").write_text(json.dumps({"k": k, "examples": n, "note": "test data"}))
+    return out
+
+
+@pytest.fixture(scope="session")
+def rerank_data_dir(tmp_path_factory) -> Path:
+    """48 reranker training examples (k=4, some with fewer candidates) in two parquet shards."""
+    return write_rerank_shards(tmp_path_factory.mktemp("rerank_data"), n=48, k=4, seed=0)

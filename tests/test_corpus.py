@@ -1,0 +1,63 @@
+"""Corpus building: WikiText articles → titled 100-word passages → JSONL shards (no JVM needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from ralm.corpus import detokenize_title, forbidden_titles, iter_articles, iter_passages, write_passages
+
+TEXT = (
+    " \n = Alpha River = \n \n one two three \n \n = = History = = \n \n four five \n \n"
+    " = = = Early = = = \n \n six with ωc \n = 1 rad / s and k = \n 1 Ω . \n \n = Beta = \n \n seven eight \n"
+)
+
+
+def test_iter_articles_and_forbidden_titles():
+    arts = list(iter_articles(TEXT))
+    # sections are dropped; a heading-like line that does not follow a blank line is body text
+    # (raw WikiText test has such formula lines)
+    assert arts == [("Alpha River", "one two three four five six with ωc = 1 rad / s and k = 1 Ω ."),
+                    ("Beta", "seven eight")]
+    assert forbidden_titles(TEXT) == {"Alpha River", "Beta"}
+
+
+def test_forbidden_titles_detokenized():
+    text = " \n = Ise @-@ class battleship = \n \n x \n \n = Temple Beth Israel ( Eugene , Oregon ) = \n \n y \n"
+    assert forbidden_titles(text, detokenize=False) == {"Ise @-@ class battleship", "Temple Beth Israel ( Eugene , Oregon )"}
+    assert forbidden_titles(text) == {"Ise @-@ class battleship", "Ise-class battleship",
+                                      "Temple Beth Israel ( Eugene , Oregon )", "Temple Beth Israel (Eugene, Oregon)"}
+    assert detokenize_title("Weevils Wobble But They Don 't Go Down") == "Weevils Wobble But They Don't Go Down"
+    assert detokenize_title("Kirby 's Block Ball") == "Kirby's Block Ball"
+
+
+def test_wiki_text_articles(wiki_text):
+    arts = list(iter_articles(wiki_text))
+    assert len(arts) == 20
+    assert {t for t, _ in arts} == forbidden_titles(wiki_text)
+
+
+def test_passages_are_titled_100_words(tmp_path, wiki_text):
+    arts = list(iter_articles(wiki_text))
+    n = write_passages(arts, tmp_path, shards=3)
+    files = sorted(tmp_path.glob("passages-*.jsonl"))
+    assert len(files) == 3
+    rows = [json.loads(line) for f in files for line in open(f, encoding="utf-8")]
+    assert len(rows) == n == len(list(iter_passages(arts)))
+    assert sorted(int(r["id"]) for r in rows) == list(range(n))
+    titles = {t for t, _ in arts}
+    by_title: dict[str, list[int]] = {}
+    for r in rows:
+        title, text = r["contents"].split("\n")
+        assert title in titles
+        by_title.setdefault(title, []).append(len(text.split()))
+    for title, body in arts:  # every chunk has 100 words except an article's last one
+        lens = by_title[title]
+        assert all(x == 100 for x in lens[:-1]) and 0 < lens[-1] <= 100
+        assert sum(lens) == len(body.split())
+
+
+def test_cli_help():
+    out = subprocess.run([sys.executable, "-m", "ralm.corpus", "--help"], capture_output=True, text=True, check=True)
+    assert "--text-file" in out.stdout and "--threads" in out.stdout

@@ -1,0 +1,156 @@
+"""BM25 retrieval on a real Lucene index built during the session (see ``bm25_corpus`` in conftest)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ralm.corpus import forbidden_titles
+from ralm.retrieval import (
+    BM25Retriever,
+    Passage,
+    RetrievalCache,
+    parse_contents,
+    passage_from_reference_doc,
+    passages_from_reference,
+    query_text,
+    read_reference_json,
+    reference_entry,
+    write_reference_json,
+)
+
+
+@pytest.fixture(scope="module")
+def retriever(bm25_corpus) -> BM25Retriever:
+    return BM25Retriever(str(bm25_corpus["index"]))
+
+
+@pytest.fixture(scope="module")
+def queries(bm25_corpus) -> list[str]:
+    """Queries cut from article bodies (each has a clear source article)."""
+    from ralm.corpus import iter_articles
+
+    arts = list(iter_articles(bm25_corpus["text"]))
+    return [" ".join(body.split()[40:65]) for _, body in arts[:12]]
+
+
+def test_index_and_passages(retriever, bm25_corpus, queries):
+    assert retriever.num_docs == bm25_corpus["n_passages"]
+    assert (retriever.k1, retriever.b) == (0.9, 0.4)
+    titles = forbidden_titles(bm25_corpus["text"])
+    res = retriever.search(queries, k=16)
+    assert len(res) == len(queries)
+    for hits in res:
+        assert len(hits) == 16
+        scores = [p.score for p in hits]
+        assert scores == sorted(scores, reverse=True)
+        for p in hits:
+            assert p.title in titles and 0 < len(p.text.split()) <= 100
+            assert p.document() == f"{p.title}\n{p.text}"
+    long = [p for hits in res for p in hits if len(p.text.split()) == 100]
+    assert len(long) > len(queries)  # most passages are full 100-word chunks
+
+
+def test_exclusions_and_overfetch(retriever, queries):
+    k = 5
+    full = retriever.search(queries[:4], k=retriever.num_docs)  # the whole ranking, unfiltered
+    all_titles = sorted({p.title for hits in full for p in hits})
+    allowed = set(all_titles[:6])  # few allowed titles: their passages sit deep in most rankings
+    forbidden = set(all_titles) - allowed
+    exclude = [full[0][0].title, None, full[2][0].title, None]
+    got = retriever.search(queries[:4], k=k, exclude_titles=exclude, forbidden=forbidden)
+    for i, hits in enumerate(got):
+        expect = [p for p in full[i] if p.title not in forbidden and p.title != exclude[i]][:k]
+        assert [p.docid for p in hits] == [p.docid for p in expect]
+        assert len(hits) == k
+    # the first depth (max(100, 4k) = 100) was not enough for at least one query: over-fetch happened
+    deepest = max(next(j for j, p in enumerate(full[i]) if p.docid == got[i][-1].docid) for i in range(4))
+    assert deepest >= 100
+
+
+def test_empty_query_and_exhausted_corpus(retriever, bm25_corpus):
+    titles = forbidden_titles(bm25_corpus["text"])
+    res = retriever.search(["", "   ", "river castle"], k=3, forbidden=titles)
+    assert res == [[], [], []]  # everything forbidden: the corpus is exhausted, not an endless loop
+
+
+def test_query_uses_only_the_past(tiny_gpt2_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
+    ids = tok("the river was built in the first year of the war and the city called it new", add_special_tokens=False)["input_ids"]
+    end = len(ids) - 3
+    assert query_text(tok, ids, end, 5) == tok.decode(ids[end - 5 : end])
+    changed_future = ids[:end] + [ids[0]] * 3
+    assert query_text(tok, changed_future, end, 5) == query_text(tok, ids, end, 5)
+    assert query_text(tok, ids, 2, 32) == tok.decode(ids[:2])
+    assert query_text(tok, ids, 0, 32) == ""
+
+
+def test_bad_index_raises(tmp_path):
+    with pytest.raises(ValueError, match=r"'no-such-index'.*ralm\.corpus"):
+        BM25Retriever("no-such-index")
+    with pytest.raises(ValueError, match="not a Lucene index"):
+        BM25Retriever(str(tmp_path))
+
+
+def test_parse_contents():
+    assert parse_contents('"Aaron"\nAaron is a prophet') == ("Aaron", "Aaron is a prophet")
+    assert parse_contents("Title\ntext\nmore") == ("Title", "text\nmore")
+    assert parse_contents("no title") == ("", "no title")
+
+
+def test_reference_json_round_trip(tmp_path, retriever, queries):
+    res = retriever.search(queries[:3], k=4)
+    entries = [reference_entry(32 * i, 32 * i + 32, "future text", q, hits) for i, (q, hits) in enumerate(zip(queries, res))]
+    # reference-made docs: DPR-style quoted title without a title key, and docs with a title key
+    entries.append({"begin_location": 96, "end_location": 128, "future": "x", "query": "q", "retrieved_docs": [
+        {"text": '"Aaron"\nAaron is a prophet', "score": 12.5},
+        {"title": "Beta", "text": "beta text", "score": 3.25},
+        {"title": "", "text": "untitled", "score": 1.0},
+    ]})
+    path = tmp_path / "ret.json"
+    write_reference_json(path, entries)
+    back = read_reference_json(path)
+    assert back == entries
+    passages = passages_from_reference(back)
+    assert passages[:3] == res
+    docs = [p.document() for p in passages[3]]
+    assert docs == ['"Aaron"\nAaron is a prophet', "Beta\nbeta text", "untitled"]
+    assert passages[3][0].title == "Aaron"
+    # passages → entries → file is byte-identical
+    again = [dict(e, retrieved_docs=[]) for e in back]
+    for e, ps in zip(again, passages):
+        e["retrieved_docs"] = [json.loads(json.dumps(d)) for d in reference_entry(0, 0, "", "", ps)["retrieved_docs"]]
+    write_reference_json(tmp_path / "again.json", again)
+    assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
+    assert passage_from_reference_doc({"text": "A\nb", "score": 1.0}) == Passage("", "A", "b", 1.0, contents="A\nb")
+
+
+def test_cache(tmp_path, retriever, bm25_corpus, queries):
+    cache = RetrievalCache(tmp_path / "cache")
+    forbidden = {sorted(forbidden_titles(bm25_corpus["text"]))[0]}
+    first = cache.search(retriever, queries[:5], k=4, forbidden=forbidden)
+    key = RetrievalCache.key(retriever.fingerprint(), retriever.k1, retriever.b, 4, queries[:5], None, forbidden)
+    assert cache.get(key) == first
+    assert cache.search(retriever, queries[:5], k=4, forbidden=forbidden) == first
+    other = BM25Retriever(str(bm25_corpus["index"]), k1=1.2)
+    assert other.fingerprint() != retriever.fingerprint()
+    key2 = RetrievalCache.key(other.fingerprint(), other.k1, other.b, 4, queries[:5], None, forbidden)
+    assert cache.get(key2) is None
+    assert cache.get(RetrievalCache.key(retriever.fingerprint(), 0.9, 0.4, 5, queries[:5], None, forbidden)) is None
+
+
+def test_index_without_raw_raises(tmp_path):
+    import subprocess
+
+    from ralm.corpus import write_passages
+    from ralm.java import anserini_jar, java_binary
+
+    write_passages([("T", "alpha beta gamma")], tmp_path / "jsonl")
+    subprocess.run([str(java_binary()), "-cp", str(anserini_jar()), "io.anserini.index.IndexCollection",
+                    "-collection", "JsonCollection", "-input", str(tmp_path / "jsonl"), "-index", str(tmp_path / "idx"),
+                    "-threads", "1", "-quiet"], check=True, capture_output=True)
+    with pytest.raises(ValueError, match="-storeRaw"):
+        BM25Retriever(str(tmp_path / "idx"))
