@@ -1,0 +1,111 @@
+"""Throughput of the batched strided loop against a naive one-window-at-a-time loop.
+
+Both run in this process on the same model and text. The naive loop is the reference's way
+(``eval_lm.py``): one forward per stride over all its candidates, logits for every position.
+Prints target tokens/s for each and the ratio. Usage::
+
+    python bench/eval_throughput.py                      # 2-layer 128-wide GPT-2, 50,257 vocab, CPU
+    python bench/eval_throughput.py --size small --device cuda   # GPT-2-small-sized, random weights
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from eval.loop import run_loop
+from ralm.retrieval import Passage
+from ralm.scoring import LMScorer
+from ralm.selectors import BUILTIN
+from ralm.windows import stride_windows
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def tokenizer_and_text():
+    from transformers import GPT2TokenizerFast
+
+    from ralm.tiny import train_tokenizer, wikitext_articles
+
+    if (SHARED / "gpt2-tokenizer" / "vocab.json").exists():
+        d = SHARED / "gpt2-tokenizer"
+        tok = GPT2TokenizerFast(vocab_file=str(d / "vocab.json"), merges_file=str(d / "merges.txt"))
+        return tok, (SHARED / "wikitext-2-raw" / "wiki.test.raw").read_text()
+    text = wikitext_articles(200, seed=0)
+    return train_tokenizer([text], Path("/tmp/bench_tok"), vocab_size=2000), text
+
+
+def naive_loop(model, tok, ids, cands, strategy, stride, L, doc_max, s_prime):
+    """The reference computation, one stride at a time with full logits."""
+    ids = torch.tensor(ids, device=next(model.parameters()).device)
+    loss_fct = torch.nn.CrossEntropyLoss(reduction="none")
+    total, prev_end = 0.0, 0
+    for idx, begin in enumerate(range(0, len(ids), stride)):
+        end = min(begin + L, len(ids))
+        trg = end - prev_end
+        window = ids[begin:end]
+        use = (cands[idx][:1] if strategy == "bm25" else cands[idx]) if idx > 0 else []
+        inp = window.repeat(max(1, len(use)), 1)
+        for j, d in enumerate(use):
+            enc = tok.encode(d.document(), max_length=doc_max, truncation=True)
+            inp[j, :len(enc)] = torch.tensor(enc)
+        with torch.no_grad():
+            logits = model(inp).logits.float()
+        nll = loss_fct(logits[:, :-1].reshape(-1, logits.size(-1)), window[1:].repeat(len(inp))).view(len(inp), -1)
+        c = int(torch.argmin(nll[:, -trg - s_prime:-trg].sum(1))) if strategy == "zero-shot" and use else 0
+        total += float(nll[c, -trg:].sum()) if idx > 0 else float(nll[0].sum())
+        prev_end = end
+        if end == len(ids):
+            break
+    return total
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", choices=["tiny", "small"], default="tiny", help="tiny: 2x128; small: GPT-2 small (12x768)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--max-length", type=int, default=1024)
+    p.add_argument("--stride", type=int, default=32)
+    p.add_argument("--strides", type=int, default=24, help="strides to score after the first window")
+    p.add_argument("--k", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--rerankers", default="bm25,zero-shot")
+    args = p.parse_args()
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    tok, text = tokenizer_and_text()
+    dims = dict(n_layer=2, n_embd=128, n_head=2) if args.size == "tiny" else dict(n_layer=12, n_embd=768, n_head=12)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, attn_implementation="sdpa", **dims))
+    model = model.eval().to(args.device)
+    n_tokens = args.max_length + args.stride * args.strides
+    ids = tok(text, add_special_tokens=False)["input_ids"][:n_tokens]
+    rng = random.Random(0)
+    paras = [x.strip() for x in text.split("\n") if len(x.split()) > 60]
+    windows = stride_windows(len(ids), args.stride, args.max_length)
+    cands = [[Passage(f"{i}-{j}", "", rng.choice(paras), 0.0) for j in range(args.k)] for i in range(len(windows))]
+    scored = len(ids) - args.max_length  # targets of strides with retrieval
+    print(f"model {args.size} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, vocab 50,257) on "
+          f"{args.device}; L={args.max_length}, stride={args.stride}, {len(windows) - 1} strides, k={args.k}, "
+          f"batch {args.batch_size}")
+    for name in args.rerankers.split(","):
+        t = time.perf_counter()
+        naive = naive_loop(model, tok, ids, cands, name, args.stride, args.max_length, 256, 16)
+        t_naive = time.perf_counter() - t
+        t = time.perf_counter()
+        res = run_loop(ids, tok, LMScorer(model, batch_size=args.batch_size), BUILTIN[name](),
+                       lambda run: [cands[w.index] for w in run], stride=args.stride, max_length=args.max_length,
+                       k=args.k, strides_per_chunk=max(args.batch_size, 16), progress=False)
+        t_fast = time.perf_counter() - t
+        agree = abs(res.nll_sum - naive) / abs(naive)
+        print(f"{name:>10}: naive {scored / t_naive:9.1f} tok/s | batched {scored / t_fast:9.1f} tok/s | "
+              f"speed-up {t_naive / t_fast:5.1f}x | relative NLL difference {agree:.1e}")
+
+
+if __name__ == "__main__":
+    main()
