@@ -33,7 +33,7 @@ def tokenizer_and_text():
 
     if (SHARED / "gpt2-tokenizer" / "vocab.json").exists():
         d = SHARED / "gpt2-tokenizer"
-        tok = GPT2TokenizerFast(vocab_file=str(d / "vocab.json"), merges_file=str(d / "merges.txt"))
+        tok = GPT2TokenizerFast.from_pretrained(str(d))
         return tok, (SHARED / "wikitext-2-raw" / "wiki.test.raw").read_text()
     text = wikitext_articles(200, seed=0)
     return train_tokenizer([text], Path("/tmp/bench_tok"), vocab_size=2000), text

@@ -90,3 +90,23 @@ def test_shipped_ppl_configs_parse():
     assert files
     for f in files:
         parse_config(["--config", str(f), "--reranker", "none"])
+
+
+def test_retrieve_cli_writes_what_eval_ppl_reads(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
+    from eval.retrieve import main as retrieve_main
+
+    out = tmp_path / "r.json"
+    assert retrieve_main(["--tokenizer", str(tiny_gpt2_dir), "--text-file", str(eval_text), "--index",
+                          str(bm25_corpus["index"]), "--output", str(out), "--stride", "4", "--max-length", "48",
+                          "--k", "4", "--query-tokens", "32"]) == 0
+    entries = read_reference_json(out)
+    assert entries[0]["retrieved_docs"] == [] and all(len(e["retrieved_docs"]) == 4 for e in entries[1:])
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
+    ids = tok(eval_text.read_text(), add_special_tokens=False)["input_ids"]
+    e = entries[5]  # the query is the decoded 32 tokens just before the targets: only the past
+    assert e["query"] == tok.decode(ids[e["begin_location"] - 32:e["begin_location"]])
+    res, _ = run(tmp_path, "from-retrieve", "--model", str(tiny_gpt2_dir), "--text-file", str(eval_text), *SMALL,
+                 "--retrieval-file", str(out), "--reranker", "bm25")
+    assert res["strides_with_document"] == len(entries) - 1
