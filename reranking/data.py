@@ -1,0 +1,178 @@
+"""Training data for the reranker: parquet shards from ``data_gen`` → batches of (example, k candidates).
+
+One row per example (see ``data_gen``'s manifest): ``id``, ``prefix_text``, ``doc_texts`` (k passages in
+BM25 order, the exact strings the LM was conditioned on), ``lm_logprobs`` (log p_LM(y | d_j ; x) per
+candidate), optionally ``nodoc_logprob``. The collator tokenizes with :func:`reranking.inputs.encode_pairs`
+(dynamic padding) and only real candidates become encoder rows; ``mask`` says where they go.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from reranking.inputs import InputFormat, encode_pairs
+
+REQUIRED_COLUMNS = ("id", "prefix_text", "doc_texts", "lm_logprobs")
+OPTIONAL_COLUMNS = ("nodoc_logprob",)
+
+
+def parquet_files(data_dir: str | os.PathLike) -> list[str]:
+    """The ``*.parquet`` shards of ``data_dir`` (sorted), or an error saying how to make them."""
+    d = Path(data_dir)
+    files = sorted(glob.glob(str(d / "*.parquet")))
+    if not files:
+        found = sorted(p.name for p in d.iterdir())[:10] if d.is_dir() else None
+        raise FileNotFoundError(
+            f"no *.parquet shards in {str(d)!r} ({'missing directory' if found is None else f'contains {found}'}); "
+            "generate training data with `python -m data_gen.build ...` and pass its output as --data.data_dir")
+    return files
+
+
+def is_validation(ids: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Deterministic held-out split by example id: hash(seed, id) → [0, 1) < fraction.
+
+    Depends only on (id, seed), not on row order, shard layout or dataset size.
+    """
+    out = np.empty(len(ids), dtype=bool)
+    for i, x in enumerate(ids.tolist()):
+        h = hashlib.blake2b(f"{seed}:{int(x)}".encode(), digest_size=8).digest()
+        out[i] = int.from_bytes(h, "little") / 2**64 < fraction
+    return out
+
+
+class RerankCollator:
+    """Turns a list of rows into a reranker batch (all tokenization happens here).
+
+    Output keys (``B`` examples, ``k`` = most candidates in this batch, ``P`` = real pairs = ``mask.sum()``):
+        ``input_ids``, ``attention_mask`` (and maybe ``token_type_ids``): ``LongTensor[P, T]``, pairs in
+        row-major (example, candidate) order; ``mask``: ``BoolTensor[B, k]``; ``lm_logprobs``:
+        ``FloatTensor[B, k]`` (0 on padding); ``nodoc_logprob``: ``FloatTensor[B]`` (NaN if absent);
+        ``ids``: ``LongTensor[B]``.
+    """
+
+    def __init__(self, tokenizer, fmt: InputFormat, max_candidates: int | None = None, padding: str = "longest"):
+        self.tokenizer = tokenizer
+        self.fmt = fmt
+        self.max_candidates = max_candidates
+        self.padding = padding
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        docs = [list(r["doc_texts"])[: self.max_candidates] for r in rows]
+        lps = [list(r["lm_logprobs"])[: len(d)] for r, d in zip(rows, docs)]
+        for r, d, lp in zip(rows, docs, lps):
+            if len(lp) != len(d) or not d:
+                raise ValueError(f"example id={r['id']}: {len(d)} doc_texts but {len(lp)} lm_logprobs "
+                                 "(need the same number, at least 1); regenerate this shard with data_gen")
+        B, k = len(rows), max(len(d) for d in docs)
+        mask = torch.zeros((B, k), dtype=torch.bool)
+        lm = torch.zeros((B, k), dtype=torch.float32)
+        passages, pair_prefix = [], []
+        for b, (d, lp) in enumerate(zip(docs, lps)):
+            mask[b, : len(d)] = True
+            lm[b, : len(d)] = torch.tensor(lp, dtype=torch.float32)
+            passages += d
+            pair_prefix += [b] * len(d)
+        enc = encode_pairs(self.tokenizer, [r["prefix_text"] for r in rows], passages, self.fmt,
+                           pair_prefix=pair_prefix, padding=self.padding)
+        nodoc = torch.tensor([float("nan") if r.get("nodoc_logprob") is None else float(r["nodoc_logprob"])
+                              for r in rows], dtype=torch.float32)
+        return {**enc, "mask": mask, "lm_logprobs": lm, "nodoc_logprob": nodoc,
+                "ids": torch.tensor([int(r["id"]) for r in rows], dtype=torch.long)}
+
+
+class RerankDataModule(pl.LightningDataModule):
+    """Parquet shards → train / validation loaders of (example, candidates) batches.
+
+    Args:
+        data_dir: directory with ``*.parquet`` shards (and ``manifest.json``) written by ``data_gen``.
+        tokenizer: encoder tokenizer name or directory (the CLI links it to ``--model.encoder``).
+        val_fraction: share of examples held out for validation, chosen by hashing the example id.
+        split_seed: seed of that hash; the split does not depend on row order or sharding.
+        batch_size: examples per (micro-)batch, each with its up-to-k candidates.
+        max_candidates: keep at most this many candidates per example (BM25 order); ``None`` = all.
+        max_length: tokens per pair (the CLI links it to ``--model.max_length``).
+        max_prefix_tokens: prefix tokens kept from the end (the CLI links it to ``--model.max_prefix_tokens``).
+        num_workers: DataLoader worker processes (tokenization runs there).
+        val_batch_size: examples per validation batch (default: ``batch_size``).
+    """
+
+    def __init__(self, data_dir: str, tokenizer: str = "roberta-base", val_fraction: float = 0.02,
+                 split_seed: int = 0, batch_size: int = 32, max_candidates: int | None = 16,
+                 max_length: int = 512, max_prefix_tokens: int = 256, num_workers: int = 2,
+                 val_batch_size: int | None = None):
+        super().__init__()
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(f"val_fraction={val_fraction} must be in (0, 1); e.g. --data.val_fraction 0.02")
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1")
+        if max_candidates is not None and max_candidates < 1:
+            raise ValueError(f"max_candidates={max_candidates} must be >= 1 or null")
+        self.save_hyperparameters()
+        self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens)
+        self.train_ds = self.val_ds = None
+        self._tokenizer = None
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.hparams.tokenizer)
+        return self._tokenizer
+
+    def _load(self):
+        from datasets import load_dataset
+
+        ds = load_dataset("parquet", data_files=parquet_files(self.hparams.data_dir), split="train")
+        missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
+        if missing:
+            raise ValueError(f"{self.hparams.data_dir}: shards lack columns {missing} (have {ds.column_names}); "
+                             "they must come from data_gen's score stage")
+        keep = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in ds.column_names]
+        return ds.select_columns(keep)
+
+    def prepare_data(self):
+        self._load()  # builds the datasets cache once (rank 0) before every rank reads it in setup()
+        self.tokenizer  # noqa: B018  (fetches the tokenizer files once)
+
+    def setup(self, stage: str | None = None):
+        if self.train_ds is not None:
+            return
+        ds = self._load()
+        val = is_validation(np.asarray(ds["id"]), self.hparams.val_fraction, self.hparams.split_seed)
+        if val.all() or not val.any():
+            raise ValueError(f"val_fraction={self.hparams.val_fraction} of {len(ds)} examples leaves an empty "
+                             "train or validation split; change --data.val_fraction")
+        self.train_ds = ds.select(np.flatnonzero(~val))
+        self.val_ds = ds.select(np.flatnonzero(val))
+
+    def collator(self, padding: str = "longest") -> RerankCollator:
+        return RerankCollator(self.tokenizer, self.fmt, self.hparams.max_candidates, padding=padding)
+
+    def train_dataloader(self):
+        return DataLoader(self.train_ds, batch_size=self.hparams.batch_size, shuffle=True, drop_last=True,
+                          collate_fn=self.collator(), num_workers=self.hparams.num_workers,
+                          persistent_workers=self.hparams.num_workers > 0)
+
+    def val_dataloader(self):
+        sampler = None
+        trainer = self.trainer
+        if trainer is not None and trainer.world_size > 1:
+            # Each example exactly once across ranks (the default sampler repeats some to even out the
+            # ranks, which would double-count them in the summed metrics).
+            from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+            sampler = UnrepeatedDistributedSampler(self.val_ds, num_replicas=trainer.world_size,
+                                                   rank=trainer.global_rank, shuffle=False)
+        return DataLoader(self.val_ds, batch_size=self.hparams.val_batch_size or self.hparams.batch_size,
+                          shuffle=False, sampler=sampler, collate_fn=self.collator(),
+                          num_workers=self.hparams.num_workers, persistent_workers=self.hparams.num_workers > 0)

@@ -1,0 +1,89 @@
+"""Self-describing reranker exports, and loading a reranker from an export or a Lightning checkpoint.
+
+An export directory holds everything needed to score pairs, with no training config and no download:
+
+- ``model.safetensors``: :class:`~reranking.model.CrossEncoder` weights (encoder + head);
+- ``config.json``: the encoder's Hugging Face config;
+- the tokenizer files (``tokenizer.json`` ...);
+- ``reranker.json``: format/version, the encoder name it was trained from, and the input format
+  (:class:`~reranking.inputs.InputFormat`).
+
+A Lightning ``.ckpt`` written by :class:`~reranking.system.RerankerSystem` carries the same description
+under its ``"reranker"`` key and is read with ``torch.load(weights_only=True)``: no code is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+
+from reranking.inputs import InputFormat
+from reranking.model import CrossEncoder
+
+META_FILE = "reranker.json"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT = "ralm-reranker"
+
+
+def export(system, out_dir: str | Path) -> Path:
+    """Write ``system`` (a :class:`~reranking.system.RerankerSystem`) as a self-describing directory."""
+    from safetensors.torch import save_model
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model: CrossEncoder = system.model
+    save_model(model, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
+    model.config.save_pretrained(out)
+    system.tokenizer.save_pretrained(out)
+    meta = {"format": FORMAT, "version": 1, "encoder": system.hparams.encoder,
+            "input_format": system.fmt.to_dict(), "weights": WEIGHTS_FILE,
+            "score": "linear head on the first token's last hidden state"}
+    (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    return out
+
+
+def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
+    """Load ``(CrossEncoder, tokenizer, InputFormat)`` from an export directory or a Lightning ``.ckpt``.
+
+    The model is returned in eval mode on ``device``.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = Path(path)
+    if path.is_dir():
+        if not (path / META_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
+            have = sorted(p.name for p in path.iterdir())[:20]
+            raise FileNotFoundError(
+                f"{str(path)!r} is not a reranker export (needs {META_FILE} and {WEIGHTS_FILE}; has {have}); "
+                "pass a directory written by reranking.export.export / `python -m reranking.fit`, or a .ckpt")
+        from safetensors.torch import load_model
+
+        meta = json.loads((path / META_FILE).read_text())
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{path / META_FILE}: format {meta.get('format')!r}, expected {FORMAT!r}")
+        model = CrossEncoder(config=AutoConfig.from_pretrained(path))
+        load_model(model, str(path / meta.get("weights", WEIGHTS_FILE)), strict=True)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        fmt = InputFormat.from_dict(meta["input_format"])
+    elif path.is_file():
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        meta = ckpt.get("reranker") if isinstance(ckpt, dict) else None
+        if meta is None or "state_dict" not in ckpt:
+            raise ValueError(f"{str(path)!r} is not a checkpoint of reranking.system.RerankerSystem "
+                             "(no 'reranker' description); export one with `python -m reranking.fit`")
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in meta["tokenizer_files"].items():
+                (Path(tmp) / name).write_bytes(data if isinstance(data, bytes) else str(data).encode())
+            (Path(tmp) / "config.json").write_text(meta["encoder_config"])
+            config = AutoConfig.from_pretrained(tmp)
+            tokenizer = AutoTokenizer.from_pretrained(tmp)
+        model = CrossEncoder(config=config)
+        state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+        model.load_state_dict(state, strict=True)
+        fmt = InputFormat.from_dict(meta["input_format"])
+    else:
+        raise FileNotFoundError(f"reranker {str(path)!r} does not exist; pass an export directory or a .ckpt file")
+    return model.to(device).eval(), tokenizer, fmt

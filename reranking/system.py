@@ -1,0 +1,192 @@
+"""The LightningModule that trains a :class:`~reranking.model.CrossEncoder` with a listwise loss."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from torchmetrics import SumMetric
+from torchmetrics.functional.retrieval import retrieval_normalized_dcg, retrieval_reciprocal_rank
+
+from reranking.inputs import InputFormat
+from reranking.loss import DistillationLoss, MarginalLikelihoodLoss
+from reranking.model import CrossEncoder
+
+CKPT_META_KEY = "reranker"  # self-description stored in every Lightning checkpoint (see reranking.export)
+MONITOR = "val/nll_reranker"
+
+_SUMS = ("loss", "n", "nll_reranker", "nll_bm25", "nll_oracle", "top1", "nll_nodoc", "n_nodoc", "rr", "ndcg")
+
+
+def linear_warmup_decay(warmup_steps: int, total_steps: int):
+    """lr factor for optimizer step ``i`` (0-based): linear up to 1 over ``warmup_steps``, then linear to 0."""
+
+    def factor(i: int) -> float:
+        if i < warmup_steps:
+            return (i + 1) / warmup_steps
+        return max(0.0, (total_steps - i) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+class RerankerSystem(pl.LightningModule):
+    """Trains f(x, d) so that softmax(f) over BM25's k candidates puts mass where the LM is helped most.
+
+    Args:
+        encoder: encoder hub name or local directory (``roberta-base`` in the paper).
+        pretrained: start from the encoder's pretrained weights (``False``: random init, for tests).
+        max_length: encoder tokens per (prefix, passage) pair, special tokens included.
+        max_prefix_tokens: encoder tokens kept from the end of the prefix.
+        loss: ``"marginal"`` (marginal likelihood, the paper's) or ``"distill"`` (KL to softmax(lm/τ)).
+        temperature: τ of the distillation target (``loss="distill"`` only).
+        lr: peak learning rate (AdamW).
+        weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
+        warmup_steps: optimizer steps of linear warm-up from 0 to ``lr``; then linear decay to 0.
+        total_steps: length of the schedule in optimizer steps; default: the trainer's ``max_steps``.
+    """
+
+    def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, max_length: int = 512,
+                 max_prefix_tokens: int = 256, loss: str = "marginal", temperature: float = 1.0,
+                 lr: float = 1e-5, weight_decay: float = 0.01, warmup_steps: int = 1000,
+                 total_steps: int | None = None):
+        super().__init__()
+        problems = []
+        if loss not in ("marginal", "distill"):
+            problems.append(f"loss={loss!r} must be 'marginal' or 'distill' (--model.loss)")
+        if not lr > 0:
+            problems.append(f"lr={lr} must be > 0 (--model.lr)")
+        if warmup_steps < 0:
+            problems.append(f"warmup_steps={warmup_steps} must be >= 0 (--model.warmup_steps)")
+        if total_steps is not None and total_steps <= warmup_steps:
+            problems.append(f"total_steps={total_steps} must exceed warmup_steps={warmup_steps}")
+        if problems:
+            raise ValueError("RerankerSystem: " + "; ".join(problems))
+        self.save_hyperparameters()
+        self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens)
+        self.model = CrossEncoder(encoder, pretrained=pretrained)
+        cfg = self.model.config
+        offset = 2 if cfg.model_type in ("roberta", "xlm-roberta", "camembert") else 0
+        self.fmt.check_encoder(getattr(cfg, "max_position_embeddings", None), offset, name=encoder)
+        self.loss_fn = MarginalLikelihoodLoss() if loss == "marginal" else DistillationLoss(temperature)
+        self.val_sums = torch.nn.ModuleDict({k: SumMetric() for k in _SUMS})
+        self._tokenizer = None
+        self._meta = None
+
+    # ---------------------------------------------------------------- scoring
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.hparams.encoder)
+        return self._tokenizer
+
+    def score_batch(self, batch: dict) -> torch.Tensor:
+        """Scores ``[B, k]`` for a collated batch (pairs ``[P, T]`` scattered into ``mask[B, k]``; -inf on padding)."""
+        mask = batch["mask"]
+        f = self.model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # [P]
+        if f.shape[0] != int(mask.sum()):
+            raise ValueError(f"batch has {f.shape[0]} pairs but mask {tuple(mask.shape)} marks {int(mask.sum())}")
+        return torch.full(mask.shape, float("-inf"), device=f.device, dtype=f.dtype).masked_scatter(mask, f)
+
+    # ---------------------------------------------------------------- training
+    def training_step(self, batch, batch_idx):
+        scores = self.score_batch(batch)
+        loss = self.loss_fn(scores, batch["lm_logprobs"], batch["mask"])
+        # Per-rank values, no cross-rank sync per step (that would cost a collective per log call).
+        self.log("train/loss", loss, prog_bar=True, batch_size=scores.shape[0])
+        self.log("train/lr", self.lr_schedulers().get_last_lr()[0], batch_size=scores.shape[0])
+        return loss
+
+    def configure_optimizers(self):
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            if not p.requires_grad:
+                continue
+            (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.hparams.weight_decay},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=self.hparams.lr)
+        total = self.hparams.total_steps or self.trainer.estimated_stepping_batches
+        if not math.isfinite(total) or total <= self.hparams.warmup_steps:
+            raise ValueError(f"schedule length {total} optimizer steps must be finite and exceed warmup_steps="
+                             f"{self.hparams.warmup_steps}; set --trainer.max_steps or --model.total_steps")
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup_decay(self.hparams.warmup_steps, int(total)))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
+
+    # ---------------------------------------------------------------- validation
+    def validation_step(self, batch, batch_idx):
+        mask, lm = batch["mask"], batch["lm_logprobs"].float()
+        scores = self.score_batch(batch)                                 # [B, k]
+        B = scores.shape[0]
+        losses = self.loss_fn.per_example(scores, lm, mask)              # [B]
+        lm_masked = lm.masked_fill(~mask, float("-inf"))                 # [B, k]
+        chosen = scores.argmax(dim=1)                                    # [B]
+        oracle_lp, oracle = lm_masked.max(dim=1)                         # [B]
+        s = self.val_sums
+        s["loss"].update(losses.sum())
+        s["n"].update(torch.tensor(float(B), device=scores.device))
+        s["nll_reranker"].update(-lm.gather(1, chosen[:, None]).sum())
+        s["nll_bm25"].update(-lm[:, 0].sum())                            # index 0 = BM25's first
+        s["nll_oracle"].update(-oracle_lp.sum())
+        s["top1"].update((lm.gather(1, chosen[:, None]).squeeze(1) == oracle_lp).float().sum())
+        nodoc = batch["nodoc_logprob"].float()
+        has = ~torch.isnan(nodoc)
+        s["nll_nodoc"].update(-nodoc[has].sum())
+        s["n_nodoc"].update(has.float().sum())
+        # Retrieval metrics per example over its real candidates, summed here and divided by the count
+        # at the end (a per-example sum all-reduces exactly; no gathering of every score to one rank).
+        # MRR: relevant = the oracle-best candidate(s). NDCG: graded relevance exp(lp_j - max lp) in (0, 1],
+        # the candidate's likelihood relative to the best one.
+        rr = scores.new_zeros(())
+        ndcg = scores.new_zeros(())
+        for b in range(B):
+            m = mask[b]
+            rr = rr + retrieval_reciprocal_rank(scores[b, m], lm[b, m] == oracle_lp[b])
+            ndcg = ndcg + retrieval_normalized_dcg(scores[b, m], (lm[b, m] - oracle_lp[b]).exp())
+        s["rr"].update(rr)
+        s["ndcg"].update(ndcg)
+
+    def on_validation_epoch_end(self):
+        # SumMetric.compute() all-reduces sums across ranks: totals first, ratios last (never means of means).
+        t = {k: m.compute() for k, m in self.val_sums.items()}
+        n = t["n"].clamp_min(1)
+        out = {
+            "val/loss": t["loss"] / n,
+            "val/nll_reranker": t["nll_reranker"] / n,
+            "val/nll_bm25": t["nll_bm25"] / n,
+            "val/nll_oracle": t["nll_oracle"] / n,
+            "val/top1_agreement": t["top1"] / n,
+            "val/gap_captured": (t["nll_bm25"] - t["nll_reranker"]) / (t["nll_bm25"] - t["nll_oracle"]).clamp_min(1e-12),
+            "val/mrr": t["rr"] / n,
+            "val/ndcg": t["ndcg"] / n,
+            "val/examples": t["n"],
+        }
+        if t["n_nodoc"] > 0:
+            out["val/nll_nodoc"] = t["nll_nodoc"] / t["n_nodoc"]
+        for k, v in out.items():
+            # Already identical on every rank; sync_dist averages identical values (exact), which keeps
+            # Lightning from warning and every rank's ModelCheckpoint seeing the same number.
+            self.log(k, v.float(), prog_bar=k in ("val/nll_reranker", "val/gap_captured"), sync_dist=True)
+        for m in self.val_sums.values():
+            m.reset()
+
+    # ---------------------------------------------------------------- self-description
+    def reranker_meta(self) -> dict:
+        """What a checkpoint needs to rebuild the reranker with no training config and no download."""
+        if self._meta is None:
+            files = {}
+            with tempfile.TemporaryDirectory() as tmp:
+                self.tokenizer.save_pretrained(tmp)
+                for p in sorted(Path(tmp).iterdir()):
+                    if p.is_file():
+                        files[p.name] = p.read_bytes()
+            self._meta = {"format": "ralm-reranker", "version": 1, "encoder": self.hparams.encoder,
+                          "encoder_config": self.model.config.to_json_string(),
+                          "input_format": self.fmt.to_dict(), "tokenizer_files": files}
+        return self._meta
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[CKPT_META_KEY] = self.reranker_meta()

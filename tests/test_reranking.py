@@ -1,0 +1,209 @@
+"""Unit tests of the reranker: losses against plain references, input format, data split, selector."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from reranking.inputs import InputFormat, encode_pairs
+from reranking.loss import DistillationLoss, MarginalLikelihoodLoss
+
+
+def naive_marginal(scores, lm, mask=None, dtype=torch.float64):
+    """-log(sum_j softmax(f)_j * exp(lm_j)) in probability space (underflows for very negative lm)."""
+    scores, lm = scores.to(dtype), lm.to(dtype)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(scores, dim=-1) * torch.exp(lm)
+    if mask is not None:
+        p = torch.where(mask, p, torch.zeros_like(p))
+    return -torch.log(p.sum(-1)).mean()
+
+
+# ------------------------------------------------------------------------------------------ losses
+@pytest.mark.parametrize("B,k", [(1, 1), (3, 5), (7, 16)])
+def test_marginal_loss_matches_naive_value_and_gradient(B, k):
+    g = torch.Generator().manual_seed(B * 100 + k)
+    f = torch.randn(B, k, generator=g, dtype=torch.float64)
+    lm = -5 - 20 * torch.rand(B, k, generator=g, dtype=torch.float64)  # well-conditioned: exp(-25) is fine in f64
+    f1, f2 = f.clone().float().requires_grad_(), f.clone().requires_grad_()
+    ours = MarginalLikelihoodLoss()(f1, lm.float())
+    ref = naive_marginal(f2, lm)
+    ours.backward()
+    ref.backward()
+    assert ours.item() == pytest.approx(ref.item(), rel=1e-5)
+    torch.testing.assert_close(f1.grad.double(), f2.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_marginal_loss_finite_where_naive_underflows():
+    f = torch.tensor([[0.3, -1.2, 2.0, 0.0]], requires_grad=True)
+    lm = torch.tensor([[-200.0, -230.0, -215.0, -260.0]])
+    assert math.isinf(naive_marginal(f.detach(), lm, dtype=torch.float32).item())  # float32 probabilities vanish...
+    assert math.isinf(naive_marginal(f.detach(), lm * 4).item())      # ...and float64 ones too, further out
+    loss = MarginalLikelihoodLoss()(f, lm)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(f.grad).all()
+    # Stable float64 reference: shift by the max before exponentiating.
+    log_q = torch.log_softmax(f.detach().double(), -1)
+    ref = -torch.logsumexp(log_q + lm.double(), -1).mean()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-6)
+    # The gradient pushes mass towards the best candidate (index 0: -200).
+    assert f.grad[0, 0] < 0
+
+
+def test_masked_candidates_have_no_effect():
+    g = torch.Generator().manual_seed(0)
+    f = torch.randn(4, 6, generator=g)
+    lm = -5 - 30 * torch.rand(4, 6, generator=g)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[0, 3:] = False
+    mask[2, 1:] = False
+    garbage_f, garbage_lm = f.clone(), lm.clone()
+    garbage_f[~mask] = 1e4
+    garbage_lm[~mask] = float("nan")
+    for loss_fn in (MarginalLikelihoodLoss(), DistillationLoss(temperature=2.0)):
+        a = f.clone().requires_grad_()
+        b = garbage_f.clone().requires_grad_()
+        la, lb = loss_fn(a, lm, mask), loss_fn(b, garbage_lm, mask)
+        la.backward()
+        lb.backward()
+        assert torch.isfinite(lb)
+        assert la.item() == pytest.approx(lb.item(), rel=1e-6)
+        assert (b.grad[~mask] == 0).all()
+        torch.testing.assert_close(a.grad[mask], b.grad[mask])
+        # Row 0 alone, truncated to its 3 real candidates, gives the same per-example loss.
+        assert loss_fn.per_example(f, lm, mask)[0].item() == pytest.approx(
+            loss_fn.per_example(f[:1, :3], lm[:1, :3]).item(), rel=1e-6)
+    assert MarginalLikelihoodLoss()(f, lm, mask).item() == pytest.approx(naive_marginal(f, lm, mask).item(), rel=1e-5)
+
+
+def test_loss_shape_errors_quote_both_shapes():
+    with pytest.raises(ValueError, match=r"scores \(2, 3\) and lm_logprobs \(2, 4\)"):
+        MarginalLikelihoodLoss()(torch.zeros(2, 3), torch.zeros(2, 4))
+    with pytest.raises(ValueError, match=r"mask \(2, 2\) must match scores \(2, 3\)"):
+        DistillationLoss()(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"examples \[1\] have no unmasked candidate"):
+        MarginalLikelihoodLoss()(torch.zeros(2, 3), torch.zeros(2, 3), torch.tensor([[1, 0, 0], [0, 0, 0]]).bool())
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        DistillationLoss(temperature=0)
+
+
+def test_distillation_matches_kl_div_batchmean():
+    g = torch.Generator().manual_seed(1)
+    f = torch.randn(5, 7, generator=g, requires_grad=True)
+    lm = -5 - 40 * torch.rand(5, 7, generator=g)
+    tau = 3.0
+    ours = DistillationLoss(tau)(f, lm)
+    ref = F.kl_div(torch.log_softmax(f, -1), torch.log_softmax(lm / tau, -1), reduction="batchmean", log_target=True)
+    assert ours.item() == pytest.approx(ref.item(), rel=1e-5)
+    (ga,) = torch.autograd.grad(ours, f)
+    (gb,) = torch.autograd.grad(ref, f)
+    torch.testing.assert_close(ga, gb)
+
+
+# ------------------------------------------------------------------------------------------ inputs
+@pytest.fixture(scope="module")
+def roberta_tok(tiny_roberta_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_roberta_dir)
+
+
+def test_encode_pairs_matches_tokenizer_when_short(roberta_tok):
+    prefixes, passages = ["the city river", "a war album in the north"], ["Title\nsome text here", "X\ny"]
+    ours = encode_pairs(roberta_tok, prefixes, passages, InputFormat(max_length=64, max_prefix_tokens=32))
+    ref = roberta_tok(prefixes, passages, padding="longest", return_tensors="pt")
+    torch.testing.assert_close(ours["input_ids"], ref["input_ids"])
+    torch.testing.assert_close(ours["attention_mask"], ref["attention_mask"])
+
+
+def test_encode_pairs_cuts_prefix_left_passage_right(roberta_tok, wiki_text):
+    words = wiki_text.split()
+    prefix, passage = " ".join(words[:300]), " ".join(words[300:700])
+    fmt = InputFormat(max_length=40, max_prefix_tokens=12)
+    enc = encode_pairs(roberta_tok, [prefix, "short"], [passage, "tiny"], fmt)
+    assert enc["input_ids"].shape == (2, 40)  # padded to the longest pair, which fills the budget
+    assert enc["attention_mask"][1].sum() < 40  # the short pair is padded
+    ids = enc["input_ids"][0].tolist()
+    p_ids = roberta_tok(prefix, add_special_tokens=False)["input_ids"]
+    d_ids = roberta_tok(passage, add_special_tokens=False)["input_ids"]
+    assert ids[1:13] == p_ids[-12:]               # the END of the prefix
+    assert ids[15:39] == d_ids[: 40 - 4 - 12]     # the START of the passage
+    fixed = encode_pairs(roberta_tok, ["short"], ["tiny"], fmt, padding="max_length")
+    assert fixed["input_ids"].shape == (1, 40)
+    # Shared prefixes: tokenized once, same result as repeating them.
+    shared = encode_pairs(roberta_tok, ["short"], ["tiny", passage], fmt, pair_prefix=[0, 0])
+    rep = encode_pairs(roberta_tok, ["short", "short"], ["tiny", passage], fmt)
+    torch.testing.assert_close(shared["input_ids"], rep["input_ids"])
+
+
+def test_input_format_errors_name_the_flag():
+    with pytest.raises(ValueError, match="--model.max_prefix_tokens"):
+        InputFormat(max_length=64, max_prefix_tokens=64)
+    with pytest.raises(ValueError, match="--model.max_length 512"):
+        InputFormat(max_length=600).check_encoder(514, offset=2, name="roberta-base")
+
+
+# ------------------------------------------------------------------------------------------ data
+def test_validation_split_is_deterministic_by_id():
+    from reranking.data import is_validation
+
+    ids = np.arange(5000) * 7 + 3
+    a = is_validation(ids, 0.1, seed=0)
+    perm = np.random.default_rng(0).permutation(len(ids))
+    assert (is_validation(ids[perm], 0.1, seed=0) == a[perm]).all()  # row order does not matter
+    assert 0.08 < a.mean() < 0.12
+    assert (is_validation(ids, 0.1, seed=1) != a).any()
+
+
+def test_collator_pads_candidates_with_mask(roberta_tok, rerank_data_dir):
+    from datasets import load_dataset
+
+    from reranking.data import RerankCollator, parquet_files
+
+    ds = load_dataset("parquet", data_files=parquet_files(rerank_data_dir), split="train")
+    rows = [ds[i] for i in range(8)]  # rows 0 and 7 have 2 candidates, the others 4
+    batch = RerankCollator(roberta_tok, InputFormat(max_length=64, max_prefix_tokens=24))(rows)
+    assert batch["mask"].shape == (8, 4) and batch["mask"][0].tolist() == [True, True, False, False]
+    assert batch["input_ids"].shape[0] == int(batch["mask"].sum()) == 28
+    assert batch["input_ids"].shape[1] <= 64
+    torch.testing.assert_close(batch["lm_logprobs"][1], torch.tensor(rows[1]["lm_logprobs"]))
+    with pytest.raises(FileNotFoundError, match="data_gen.build"):
+        parquet_files(rerank_data_dir / "nope")
+
+
+def test_lr_schedule_warmup_then_linear_decay():
+    from reranking.system import linear_warmup_decay
+
+    f = linear_warmup_decay(10, 110)
+    assert f(0) == pytest.approx(0.1) and f(9) == 1.0 and f(10) == 1.0
+    assert f(60) == pytest.approx(0.5) and f(110) == 0.0
+
+
+# ------------------------------------------------------------------------------------------ configs
+def test_every_fit_config_parses(capsys, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from reranking.data import RerankDataModule
+    from reranking.fit import RerankerCLI
+    from reranking.system import RerankerSystem
+
+    monkeypatch.setattr(sys, "argv", ["reranking.fit"])
+    configs = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
+    targets = [c for c in configs if c.name.startswith("fit") or "reranking.fit" in c.read_text()]
+    assert targets, "configs/fit.yaml is missing"
+    for cfg in targets:
+        with pytest.raises(SystemExit) as e:
+            RerankerCLI(RerankerSystem, RerankDataModule, run=False, args=["--config", str(cfg), "--print_config"],
+                        save_config_kwargs={"overwrite": True})
+        assert e.value.code in (0, None), cfg
+        printed = yaml.safe_load(capsys.readouterr().out)
+        assert printed["model"]["encoder"] and "tokenizer" not in printed["data"], cfg  # linked to model.encoder
+        assert printed["trainer"]["max_steps"] > 0, cfg

@@ -1,0 +1,149 @@
+"""End-to-end reranker training on CPU: logs, checkpoints, resume, export, selector, and DDP metrics."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fit_args(encoder, data_dir, max_steps, *extra):
+    return ["--model.encoder", str(encoder), "--model.pretrained", "false", "--model.max_length", "96",
+            "--model.max_prefix_tokens", "32", "--model.lr", "1e-3", "--model.warmup_steps", "2",
+            "--model.total_steps", "40", "--data.data_dir", str(data_dir), "--data.batch_size", "4",
+            "--data.val_fraction", "0.25", "--data.num_workers", "0", "--trainer.accelerator", "cpu",
+            "--trainer.devices", "1", "--trainer.max_steps", str(max_steps), "--trainer.val_check_interval", "4",
+            "--trainer.check_val_every_n_epoch", "null", "--trainer.log_every_n_steps", "1",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *extra]
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing import event_accumulator
+
+    out = {}
+    for f in sorted(glob.glob(str(run_dir / "events.out.tfevents.*"))):
+        acc = event_accumulator.EventAccumulator(f)
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
+    return out
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory, tiny_roberta_dir, rerank_data_dir):
+    """Train 8 steps, then resume from last.ckpt to 12 steps; returns (workdir, first run dir, resumed run dir)."""
+    from reranking.fit import main
+
+    work = tmp_path_factory.mktemp("fit")
+    old_cwd, old_argv = os.getcwd(), sys.argv
+    os.chdir(work)
+    sys.argv = ["reranking.fit"]
+    try:
+        first = main(fit_args(tiny_roberta_dir, rerank_data_dir, 8))
+        assert first.trainer.global_step == 8
+        run1 = work / first.trainer.log_dir
+        resumed = main(fit_args(tiny_roberta_dir, rerank_data_dir, 12, "--ckpt_path",
+                                str(run1 / "checkpoints" / "last.ckpt")))
+        assert resumed.trainer.global_step == 12
+        run2 = work / resumed.trainer.log_dir
+    finally:
+        os.chdir(old_cwd)
+        sys.argv = old_argv
+    return work, run1, run2
+
+
+def test_fit_logs_checkpoints_and_exports(fitted):
+    work, run1, _ = fitted
+    assert run1.is_relative_to(work / "checkpoints")
+    tags = scalars(run1)
+    for tag in ["train/loss", "train/lr", "val/loss", "val/nll_reranker", "val/nll_bm25", "val/nll_oracle",
+                "val/gap_captured", "val/top1_agreement", "val/mrr", "val/ndcg", "val/nll_nodoc"]:
+        assert tag in tags, f"{tag} missing from TensorBoard; have {sorted(tags)}"
+    assert len(tags["train/loss"]) == 8 and len(tags["val/nll_reranker"]) == 2
+    lrs = [v for _, v in sorted(tags["train/lr"])]
+    assert lrs[0] == pytest.approx(0.5e-3) and max(lrs) == pytest.approx(1e-3) and lrs[-1] < lrs[2]  # warm-up, decay
+    nll = {k: tags[f"val/nll_{k}"][-1][1] for k in ("reranker", "bm25", "oracle")}
+    assert nll["oracle"] <= nll["reranker"] and nll["oracle"] <= nll["bm25"]
+    assert tags["val/gap_captured"][-1][1] == pytest.approx(
+        (nll["bm25"] - nll["reranker"]) / (nll["bm25"] - nll["oracle"]), rel=1e-4)
+    ckpts = sorted(p.name for p in (run1 / "checkpoints").iterdir())
+    assert "last.ckpt" in ckpts and any(c.startswith("best-") for c in ckpts), ckpts
+    assert (run1 / "config.yaml").is_file()  # resolved config saved with the run
+    assert {"model.safetensors", "config.json", "reranker.json"} <= {p.name for p in (run1 / "reranker").iterdir()}
+
+
+def test_resume_continues_at_the_same_step(fitted):
+    _, run1, run2 = fitted
+    ck = torch.load(run1 / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert ck["global_step"] == 8
+    steps = sorted(s for s, _ in scalars(run2)["train/loss"])
+    assert steps == [8, 9, 10, 11]  # picks up at step 8, not 0
+    lr1 = dict(scalars(run1)["train/lr"])
+    lr2 = dict(scalars(run2)["train/lr"])
+    assert lr2[8] < lr1[7]  # the schedule state was restored too
+
+
+def test_export_and_checkpoint_load_to_the_same_selector(fitted, tiny_roberta_dir):
+    from ralm.retrieval import Passage
+    from ralm.selectors import StrideBatch
+    from reranking.export import load_reranker
+    from reranking.selector import PredictiveSelector
+
+    _, run1, _ = fitted
+    export_dir = run1 / "reranker"
+    best = next(p for p in (run1 / "checkpoints").iterdir() if p.name.startswith("best-"))
+    m1, tok, fmt = load_reranker(export_dir)
+    m2, _, fmt2 = load_reranker(best)
+    assert fmt == fmt2 and fmt.max_length == 96 and fmt.max_prefix_tokens == 32
+    for (k1, v1), (k2, v2) in zip(m1.state_dict().items(), m2.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2)  # the export holds the best checkpoint's weights
+    cands = [[Passage(f"d{i}{j}", f"Title {j}", f"text {i} {j} " * (j + 1), 10.0 - j) for j in range(n)]
+             for i, n in enumerate([3, 0, 5, 1])]
+    batch = StrideBatch(prefix_texts=["the city was", "a river", "the album of the year", "x"], candidates=cands,
+                        stride_ids=[1, 2, 3, 4])
+    sel1 = PredictiveSelector.from_path(export_dir, batch_size=1)
+    sel2 = PredictiveSelector.from_path(best, batch_size=7)
+    s1, s2 = sel1.scores(batch), sel2.scores(batch)
+    for a, b in zip(s1, s2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # micro-batch size does not matter
+    picks = sel1.select(batch)
+    assert picks[1] == -1 and picks[3] == 0 and 0 <= picks[0] < 3 and picks == sel2.select(batch)
+    assert picks[2] == int(s1[2].argmax())
+    with pytest.raises(FileNotFoundError, match="not a reranker export"):
+        load_reranker(tiny_roberta_dir)
+
+
+def test_ddp_validation_metrics_equal_single_process(tmp_path, tiny_roberta_dir, rerank_data_dir):
+    """2-process gloo DDP fit; its final validation metrics must equal a 1-process validation of the same weights."""
+    import lightning.pytorch as pl
+
+    from reranking.data import RerankDataModule
+    from reranking.system import RerankerSystem
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    args = fit_args(tiny_roberta_dir, rerank_data_dir, 4, "--trainer.strategy", "ddp", "--trainer.devices", "2",
+                    "--trainer.deterministic", "true")
+    proc = subprocess.run([sys.executable, "-m", "reranking.fit", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    run = next((tmp_path / "checkpoints" / "reranker").iterdir())
+    ddp = {k: v[-1][1] for k, v in scalars(run).items() if k.startswith("val/")}
+
+    system = RerankerSystem.load_from_checkpoint(run / "checkpoints" / "last.ckpt", map_location="cpu",
+                                                 weights_only=True)
+    dm = RerankDataModule(str(rerank_data_dir), tokenizer=str(tiny_roberta_dir), val_fraction=0.25, batch_size=4,
+                          max_length=96, max_prefix_tokens=32, num_workers=0)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    single = {k: float(v) for k, v in trainer.validate(system, datamodule=dm, verbose=False)[0].items()}
+    assert set(ddp) == set(single)
+    for k in ddp:
+        assert ddp[k] == pytest.approx(single[k], rel=1e-5, abs=1e-6), k
