@@ -1,0 +1,142 @@
+"""Stage "score": log p(y | d_j ; x) for every candidate and log p(y | x), through Lightning.
+
+A scoring step takes a *chunk* of examples of one shard and scores all their rows in one
+:class:`ralm.scoring.LMScorer` call: for each example its ``n_candidates`` document rows (the
+document's tokens overwrite the window's first positions, DESIGN §2.4) and one row without a
+document. :class:`ScoreWriter` (a ``BasePredictionWriter``) writes each step's results to
+``work/scores/shard-NNNNN/ids-FIRSTID.npz`` keyed by the example ids carried *in the batch*, so the
+same command works on 1 device, N devices (DDP) or several nodes: each rank writes the chunks it
+was given, whatever order or padding its sampler used. A chunk file is written atomically; on
+resume, the examples found in chunk files are not scored again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch.utils.data import Dataset
+
+from ralm.scoring import DocumentEncoder, LMScorer, condition_on_documents
+
+from .shards import atomic_save_npz
+
+
+def done_ids(scores_dir: Path) -> set[int]:
+    """Example ids already scored (present in a finished chunk file of ``scores_dir``)."""
+    out: set[int] = set()
+    if scores_dir.is_dir():
+        for f in sorted(scores_dir.glob("ids-*.npz")):
+            with np.load(f) as z:
+                out.update(int(i) for i in z["ids"])
+    return out
+
+
+def read_scores(scores_dir: Path) -> dict[int, tuple[np.ndarray, float]]:
+    """id -> (candidate log-probs (n_candidates,), no-document log-prob) from all chunk files."""
+    out: dict[int, tuple[np.ndarray, float]] = {}
+    for f in sorted(scores_dir.glob("ids-*.npz")):
+        with np.load(f) as z:
+            ids, counts, logp = z["ids"], z["counts"], z["logprobs"]
+        offset = 0
+        for i, c in zip(ids.tolist(), counts.tolist()):
+            out[int(i)] = (logp[offset:offset + c].astype(np.float32), float(logp[offset + c]))
+            offset += c + 1
+    return out
+
+
+class ChunkDataset(Dataset):
+    """Item i = one scoring step: the rows of a chunk of examples of one shard.
+
+    Returns ``{"shard": int, "ids": (B,) long, "counts": (B,) long, "inputs": (R, L) long,
+    "labels": (R, L) long}`` with R = sum(counts + 1); rows of example b are its candidates in rank
+    order, then its no-document row. Tokenizer and token file are opened lazily (spawn-worker safe).
+    """
+
+    def __init__(self, chunks: list[tuple[int, list[int]]], retrieved: dict[int, str], tokens_path: str,
+                 tokenizer_name: str, window: int, stride: int, doc_tokens: int):
+        self.chunks = chunks
+        self.retrieved = retrieved
+        self.tokens_path = tokens_path
+        self.tokenizer_name = tokenizer_name
+        self.window, self.stride, self.doc_tokens = window, stride, doc_tokens
+        self._ids = None
+        self._encoder = None
+        self._shard = (None, None)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def _rows(self, shard: int) -> dict[int, dict]:
+        if self._shard[0] != shard:
+            t = pq.read_table(self.retrieved[shard], columns=["id", "position", "doc_texts"]).to_pylist()
+            self._shard = (shard, {r["id"]: r for r in t})
+        return self._shard[1]
+
+    def __getitem__(self, i: int) -> dict:
+        if self._ids is None:
+            from transformers import AutoTokenizer
+
+            self._ids = np.load(self.tokens_path, mmap_mode="r")
+            self._encoder = DocumentEncoder(AutoTokenizer.from_pretrained(self.tokenizer_name), self.doc_tokens)
+        shard, ids = self.chunks[i]
+        rows = self._rows(shard)
+        windows, docs, counts = [], [], []
+        ctx = self.window - self.stride
+        for ex in ids:
+            r = rows[ex]
+            p = int(r["position"])
+            w = torch.from_numpy(np.asarray(self._ids[p - ctx:p + self.stride], dtype=np.int64))
+            enc = self._encoder(r["doc_texts"]) if r["doc_texts"] else []
+            windows += [w] * (len(enc) + 1)
+            docs += list(enc) + [None]
+            counts.append(len(enc))
+        labels = torch.stack(windows)  # (R, L)
+        inputs = condition_on_documents(labels, docs)  # (R, L): documents overwrite the first positions
+        return {"shard": shard, "ids": torch.tensor(ids, dtype=torch.long),
+                "counts": torch.tensor(counts, dtype=torch.long), "inputs": inputs, "labels": labels}
+
+
+def unwrap(items: list[dict]) -> dict:
+    """collate_fn for batch_size=1: a dataset item already is a batch."""
+    return items[0]
+
+
+class LMScoringModule(pl.LightningModule):
+    """A frozen causal LM whose ``predict_step`` returns summed target log-probs per row."""
+
+    def __init__(self, model: torch.nn.Module, stride: int, batch_size: int = 64, dtype: str = "auto"):
+        super().__init__()
+        self.lm = model  # not in hparams: the LM is passed in, not rebuilt
+        self.stride = stride
+        self.batch_size = batch_size
+        self.compute_dtype = dtype
+        self.scorer: LMScorer | None = None
+
+    def on_predict_start(self) -> None:
+        # Built here, after Lightning moved the module to its device (LMScorer reads the device once).
+        self.scorer = LMScorer(self.lm, batch_size=self.batch_size, dtype=self.compute_dtype)
+
+    def predict_step(self, batch: dict, batch_idx: int) -> dict:
+        nll = self.scorer.nll(batch["inputs"], batch["labels"], self.stride)  # (R, s) float32 on CPU
+        return {"shard": int(batch["shard"]), "ids": batch["ids"].cpu(), "counts": batch["counts"].cpu(),
+                "logprobs": -nll.sum(dim=1)}  # (R,) log p(y | d; x), float32
+
+
+class ScoreWriter(BasePredictionWriter):
+    """Writes each step's results as ``scores/shard-NNNNN/ids-FIRSTID.npz``, keyed by the batch's ids."""
+
+    def __init__(self, scores_root: str | Path):
+        super().__init__(write_interval="batch")
+        self.root = Path(scores_root)
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
+                           dataloader_idx=0) -> None:
+        ids = prediction["ids"].numpy().astype(np.int64)
+        path = self.root / f"shard-{prediction['shard']:05d}" / f"ids-{int(ids[0]):09d}.npz"
+        atomic_save_npz(path, ids=ids, counts=prediction["counts"].numpy().astype(np.int64),
+                        logprobs=prediction["logprobs"].numpy().astype(np.float32))

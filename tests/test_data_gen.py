@@ -1,0 +1,311 @@
+"""data_gen.build end to end on a tiny GPT-2 and a small Lucene index built from ``wiki_text``."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+L, S, DOC = 128, 4, 64
+
+
+@pytest.fixture(scope="module")
+def dg_inputs(tmp_path_factory, wiki_text, tiny_gpt2_dir) -> dict:
+    """Training text file, a 30-word-passage index of it, and an eval text forbidding two of its titles."""
+    from ralm.corpus import build_index, forbidden_titles, iter_articles, write_passages
+
+    d = tmp_path_factory.mktemp("dg_inputs")
+    (d / "train.txt").write_text(wiki_text, encoding="utf-8")
+    n = write_passages(iter_articles(wiki_text), d / "jsonl", shards=1, words=30)
+    build_index(d / "jsonl", d / "index", threads=1)
+    titles = sorted(forbidden_titles(wiki_text))
+    banned = titles[:2]
+    (d / "eval.txt").write_text("".join(f" \n = {t} = \n \n some text . \n" for t in banned), encoding="utf-8")
+    return {"dir": d, "text": d / "train.txt", "index": d / "index", "eval": d / "eval.txt", "model": tiny_gpt2_dir,
+            "n_passages": n, "banned": set(banned)}
+
+
+def build_args(inp: dict, out: Path, *extra: str) -> list[str]:
+    return ["--text-file", str(inp["text"]), "--index", str(inp["index"]), "--model", str(inp["model"]),
+            "--max-length", str(L), "--doc-tokens", str(DOC), "--stride", str(S), "--examples", "40",
+            "--shard-size", "16", "--eval-text-file", str(inp["eval"]), "--out", str(out),
+            "--batch-examples", "4", "--batch-size", "32", "--accelerator", "cpu", "--devices", "1", *extra]
+
+
+def cli(args: list[str], env_extra: dict | None = None, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-m", "data_gen.build", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def run_cli(args: list[str], timeout: float = 180) -> tuple[int, str]:
+    p = cli(args)
+    out, _ = p.communicate(timeout=timeout)
+    return p.returncode, out
+
+
+@pytest.fixture(scope="module")
+def built(dg_inputs, tmp_path_factory) -> dict:
+    """The reference build: one uninterrupted CLI run (1 thread, like the resume and DDP runs)."""
+    out = tmp_path_factory.mktemp("dg_built") / "out"
+    rc, log = run_cli(build_args(dg_inputs, out, "--keep-work"))
+    assert rc == 0, log
+    return {"out": out, "manifest": json.loads((out / "manifest.json").read_text()), "log": log}
+
+
+def load_rows(out: Path) -> list[dict]:
+    import datasets
+
+    return datasets.load_dataset("parquet", data_files=str(out / "*.parquet"), split="train").to_list()
+
+
+def test_schema_and_manifest(built):
+    import pyarrow.parquet as pq
+
+    from data_gen.shards import SCHEMA
+
+    files = sorted(glob.glob(str(built["out"] / "*.parquet")))
+    assert len(files) == 3
+    for f in files:
+        assert pq.read_schema(f).remove_metadata().equals(SCHEMA)
+    m = built["manifest"]
+    assert m["examples"] == 40 and m["k"] == 16 and m["s"] == S and m["L"] == L and m["doc_tokens"] == DOC
+    assert m["corpus_passages"] > 16 and m["k1"] == 0.9 and m["b"] == 0.4 and m["n_forbidden_titles"] == 2
+    assert [s["rows"] for s in m["shards"]] == [16, 16, 8]
+    rows = load_rows(built["out"])
+    assert [r["id"] for r in rows] == list(range(40))
+    assert len({r["position"] for r in rows}) == 40
+
+
+def test_logprobs_match_plain_hf_forward(built, dg_inputs):
+    """Stored log p(y | d; x) == a single-example HF forward of [doc ; prefix cut from the left]."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(dg_inputs["model"])
+    model = AutoModelForCausalLM.from_pretrained(dg_inputs["model"]).eval()
+    ids = tok(dg_inputs["text"].read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+    rows = load_rows(built["out"])
+    rng = random.Random(0)
+    checked = 0
+    for r in rng.sample(rows, 4):
+        p = r["position"]
+        assert r["prefix_ids"] == ids[p - (L - S):p] and r["target_ids"] == ids[p:p + S]
+        assert r["prefix_text"] == tok.decode(r["prefix_ids"]) and r["target_text"] == tok.decode(r["target_ids"])
+        assert r["query"] == tok.decode(ids[p - 32:p])
+        for j in rng.sample(range(r["n_candidates"]), 3) + [None]:
+            doc = [] if j is None else tok(r["doc_texts"][j], max_length=DOC, truncation=True)["input_ids"]
+            seq = doc + ids[p + S - (L - len(doc)):p + S]  # [doc ; prefix cut from the left ; y], length L
+            assert len(seq) == L
+            with torch.no_grad():
+                logp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
+            ref = sum(logp[L - S - 1 + i, seq[L - S + i]].item() for i in range(S))
+            got = r["nodoc_logprob"] if j is None else r["lm_logprobs"][j]
+            assert got == pytest.approx(ref, abs=1e-4)
+            checked += 1
+    assert checked == 16
+
+
+def test_candidates_exclude_source_and_forbidden(built, dg_inputs):
+    rows = load_rows(built["out"])
+    for r in rows:
+        assert r["source_title"] not in r["doc_titles"]
+        assert not set(r["doc_titles"]) & dg_inputs["banned"]
+        n = r["n_candidates"]
+        assert n == len(r["doc_ids"]) == len(r["doc_texts"]) == len(r["bm25_scores"]) == len(r["lm_logprobs"])
+        assert n == 16 or r["note"], r
+        assert r["bm25_scores"] == sorted(r["bm25_scores"], reverse=True)
+        assert all(t.startswith(title + "\n") for t, title in zip(r["doc_texts"], r["doc_titles"]))
+
+
+def test_rerun_is_a_noop_and_other_config_refused(built, dg_inputs, capsys):
+    from data_gen.build import main
+
+    before = {f: os.path.getmtime(f) for f in glob.glob(str(built["out"] / "*"))}
+    assert main(build_args(dg_inputs, built["out"])) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert before == {f: os.path.getmtime(f) for f in glob.glob(str(built["out"] / "*"))}
+    assert main(build_args(dg_inputs, built["out"], "--k", "8")) == 2
+    err = capsys.readouterr().err
+    assert "different configuration" in err and "k: stored 16, now 8" in err
+
+
+def test_kill_and_resume_gives_same_hash(built, dg_inputs, tmp_path):
+    out = tmp_path / "out"
+    p = cli(build_args(dg_inputs, out), start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        if glob.glob(str(out / "work" / "scores" / "*" / "ids-*.npz")) or glob.glob(str(out / "*.parquet")):
+            break
+        time.sleep(0.02)
+    assert p.poll() is None, "the run ended before it could be killed:\n" + p.communicate()[0]
+    os.killpg(p.pid, signal.SIGKILL)
+    p.communicate()
+    assert not (out / "manifest.json").exists()
+    rc, log = run_cli(build_args(dg_inputs, out))
+    assert rc == 0, log
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
+    assert not (out / "work").exists()
+    assert not glob.glob(str(out / ".*.tmp"))
+
+
+@pytest.mark.slow
+def test_two_process_ddp_matches_one_process(built, dg_inputs, tmp_path):
+    out = tmp_path / "out"
+    args = build_args(dg_inputs, out)
+    args[args.index("--devices") + 1] = "2"
+    rc, log = run_cli(args + ["--strategy", "ddp"], timeout=240)
+    assert rc == 0, log
+    assert "world size 2" in log
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
+
+
+def test_bad_inputs_fail_clearly(dg_inputs, tmp_path, capsys):
+    from data_gen.build import main
+
+    def fails(*override: str, match: str) -> None:
+        args = build_args(dg_inputs, tmp_path / f"out{random.random()}")
+        for flag, value in zip(override[::2], override[1::2]):
+            if flag in args:
+                args[args.index(flag) + 1] = value
+            else:
+                args += [flag, value]
+        assert main(args) == 2
+        assert match in capsys.readouterr().err
+
+    (tmp_path / "empty.txt").write_text(" \n \n")
+    (tmp_path / "short.txt").write_text(" = A = \n a b c d \n")
+    fails("--index", str(tmp_path / "nope"), match="--index")
+    fails("--text-file", str(tmp_path / "missing.txt"), match="does not exist")
+    fails("--text-file", str(tmp_path / "empty.txt"), match="is empty")
+    fails("--text-file", str(tmp_path / "short.txt"), match="fewer than one 128-token window")
+    fails("--model", str(tmp_path / "no-model"), match="--model")
+    fails("--doc-tokens", "200", match="--doc-tokens")
+    fails("--examples", "100000000", match="exceeds")
+    fails("--shard-size", "0", match="--shard-size")
+    fails("--k", "100000", match="larger than the corpus")
+
+
+def test_index_without_raw_text_is_refused(dg_inputs, tmp_path, capsys):
+    from data_gen.build import main
+    from ralm.java import anserini_jar, java_binary
+
+    idx = tmp_path / "noraw"
+    subprocess.run([str(java_binary()), "-cp", str(anserini_jar()), "io.anserini.index.IndexCollection",
+                    "-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
+                    "-input", str(dg_inputs["dir"] / "jsonl"), "-index", str(idx), "-threads", "1",
+                    "-memoryBuffer", "64", "-quiet", "true"], check=True, capture_output=True)
+    args = build_args(dg_inputs, tmp_path / "out")
+    args[args.index("--index") + 1] = str(idx)
+    assert main(args) == 2
+    assert "raw" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source", ["wiki_text", "wikitext2"])
+def test_article_split_tokenization_equals_whole_text(source, wiki_text, tiny_gpt2_dir):
+    from transformers import AutoTokenizer
+
+    from data_gen.sample import split_articles, tokenize_text
+
+    if source == "wiki_text":
+        text, tok = wiki_text, AutoTokenizer.from_pretrained(tiny_gpt2_dir)
+    else:
+        shared = ROOT.parent / "shared" / "data"
+        if not (shared / "gpt2-tokenizer" / "vocab.json").exists():
+            pytest.skip("needs ../shared/data (GPT-2 tokenizer, WikiText-2)")
+        text = (shared / "wikitext-2-raw" / "wiki.test.raw").read_text(encoding="utf-8")
+        from tokenizers import ByteLevelBPETokenizer
+        from transformers import GPT2TokenizerFast
+
+        bpe = ByteLevelBPETokenizer(str(shared / "gpt2-tokenizer" / "vocab.json"),
+                                    str(shared / "gpt2-tokenizer" / "merges.txt"))
+        tok = GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
+        assert tok("hello world")["input_ids"] == [31373, 995]
+    pieces, titles = split_articles(text)
+    assert "".join(pieces) == text and len(pieces) > 10
+    t = tokenize_text(tok, text, progress=False)
+    assert len(t.ids) > len(text) // 10
+    assert t.ids.tolist() == tok(text, add_special_tokens=False)["input_ids"]
+    # the token at each article start decodes to the start of its heading (titles may be detokenized
+    # by ralm.corpus, e.g. "( One" -> "(One", so compare without spaces)
+    for start, title in zip(t.article_starts[1:6], t.titles[1:6]):
+        head = tok.decode(t.ids[start:start + 40].tolist())
+        assert head.startswith(" = ") and head.replace(" ", "").startswith(f"={title}=".replace(" ", ""))
+
+
+def test_sampling_is_reproducible_and_full_length():
+    from data_gen.sample import sample_positions
+
+    a = sample_positions(5000, 300, 128, 4, seed=3)
+    assert (a == sample_positions(5000, 300, 128, 4, seed=3)).all()
+    assert not (a == sample_positions(5000, 300, 128, 4, seed=4)).all()
+    assert len(set(a.tolist())) == 300 and a.min() >= 124 and a.max() <= 4996
+
+
+def test_shipped_build_configs_parse():
+    from data_gen.config import load_yaml, split_settings
+
+    files = sorted((ROOT / "configs").glob("build*.yaml"))
+    assert files
+    for f in files:
+        build, run = split_settings(load_yaml(f))
+        assert build.examples > 0 and run.trainer.kwargs()
+    build, _ = split_settings(load_yaml(ROOT / "configs" / "build.yaml"))
+    assert (build.examples, build.model, build.k, build.stride, build.query_tokens, build.max_length,
+            build.doc_tokens, build.index) == (300_000, "gpt2", 16, 4, 32, 1024, 256, "wikipedia-dpr-100w")
+
+
+def test_whole_text_fallback_matches_article_split(wiki_text, tiny_gpt2_dir):
+    """Tokenizers that merge across headings get one whole-text call; articles found by offsets agree."""
+    from transformers import AutoTokenizer
+
+    from data_gen.sample import _tokenize_whole, split_articles, tokenize_text
+
+    tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
+    a = tokenize_text(tok, wiki_text, progress=False)
+    b = _tokenize_whole(tok, *split_articles(wiki_text))
+    assert (a.ids == b.ids).all() and (a.article_starts == b.article_starts).all() and a.titles == b.titles
+
+
+def test_cli_flags_override_yaml():
+    from data_gen.build import parse_settings
+
+    build, run = parse_settings(["--config", str(ROOT / "configs" / "build.yaml"), "--k", "8",
+                                 "--trainer.devices", "2", "--strategy", "ddp", "--eval-dataset", "none"])
+    assert build.k == 8 and build.examples == 300_000 and build.eval_dataset is None
+    assert run.trainer.kwargs()["devices"] == 2 and run.trainer.strategy == "ddp"
+
+
+def test_source_article_excluded_in_both_spellings():
+    """WikiText writes "Kiss You ( One Direction song )", DPR "Kiss You (One Direction song)": drop both."""
+    import numpy as np
+
+    from data_gen.config import BuildConfig
+    from data_gen.retrieve import retrieve_shard
+    from ralm.retrieval import Passage
+
+    written, wiki = "Kiss You ( One Direction song )", "Kiss You (One Direction song)"
+    pool = [Passage(str(i), t, f"text {i}", 10.0 - i) for i, t in enumerate([written, wiki, "Other", "Plain", "Third"])]
+
+    class FakeRetriever:
+        def search(self, queries, k, exclude_titles=None, forbidden=()):
+            return [[p for p in pool if p.title != ex and p.title not in forbidden][:k] for ex in exclude_titles]
+
+    class Tok:
+        def decode(self, ids):
+            return " ".join(map(str, ids))
+
+    build = BuildConfig(examples=2, k=2, max_length=64, doc_tokens=8, query_tokens=4, eval_dataset=None)
+    table = retrieve_shard(FakeRetriever(), build, Tok(), np.arange(100), np.arange(2), np.array([40, 50]),
+                           [written, "Plain"], set(), batch=8).to_pylist()
+    assert table[0]["doc_titles"] == ["Other", "Plain"]
+    assert table[1]["doc_titles"] == [written, wiki]
