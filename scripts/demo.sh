@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Fresh machine -> installed project -> the whole pipeline offline on the synthetic demo world.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+exec .venv/bin/python -m demo.run "$@"

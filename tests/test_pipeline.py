@@ -1,0 +1,77 @@
+"""The whole chain on tiny real components: data_gen.build → reranking.fit → eval.ppl --reranker <export>."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+L, S, DOC = 64, 4, 20
+
+
+def run(module: str, *args: str, cwd: Path = ROOT) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, f"{module} failed:\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
+    return p.stderr
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, bm25_corpus, tiny_gpt2_dir, tiny_roberta_dir):
+    d = tmp_path_factory.mktemp("chain")
+    train = d / "train.txt"
+    train.write_text(bm25_corpus["text"], encoding="utf-8")
+    run("data_gen.build", "--text-file", str(train), "--index", str(bm25_corpus["index"]), "--model",
+        str(tiny_gpt2_dir), "--max-length", str(L), "--doc-tokens", str(DOC), "--stride", str(S), "--k", "4",
+        "--examples", "32", "--shard-size", "16", "--eval-dataset", "none", "--out", str(d / "data"),
+        "--batch-examples", "4", "--accelerator", "cpu", "--devices", "1")
+    run("reranking.fit", "--config", str(ROOT / "configs" / "fit.yaml"), "--model.encoder", str(tiny_roberta_dir),
+        "--model.max_length", "64", "--model.max_prefix_tokens", "24", "--model.warmup_steps", "1",
+        "--data.data_dir", str(d / "data"), "--data.val_fraction", "0.25", "--data.batch_size", "4",
+        "--data.max_candidates", "4", "--data.num_workers", "0", "--trainer.max_steps", "4",
+        "--trainer.accumulate_grad_batches", "1", "--trainer.val_check_interval", "2",
+        "--trainer.log_every_n_steps", "1", "--trainer.accelerator", "cpu", "--trainer.devices", "1",
+        "--export_dir", str(d / "export"), cwd=d)
+    return d
+
+
+def test_training_prefix_is_what_the_eval_loop_shows_the_reranker(chain, bm25_corpus, tiny_gpt2_dir):
+    import datasets
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
+    ids = tok(bm25_corpus["text"], add_special_tokens=False)["input_ids"]
+    rows = datasets.load_dataset("parquet", data_files=str(chain / "data" / "*.parquet"), split="train")
+    for r in rows.select(range(5)):
+        p = r["position"]
+        # eval/loop.py decodes the window tokens before the targets: ids[end - L : end - s].
+        assert r["prefix_text"] == tok.decode(ids[p - (L - S):p])
+        assert r["target_ids"] == ids[p:p + S]
+
+
+def test_eval_with_the_trained_reranker(chain, tiny_gpt2_dir, bm25_corpus):
+    from eval.ppl import main
+
+    text = chain / "eval.txt"
+    body = bm25_corpus["text"]
+    text.write_text(body[body.index(" = ", 5000):][:1200], encoding="utf-8")
+    ckpt = next((chain / "checkpoints").rglob("last.ckpt"))
+    assert (chain / "export" / "model.safetensors").exists()
+    events = list((chain / "checkpoints").rglob("events.out.tfevents.*"))
+    assert events
+    results = {}
+    for name, reranker in (("export", chain / "export"), ("ckpt", ckpt)):
+        out = chain / f"ppl-{name}"
+        assert main(["--model", str(tiny_gpt2_dir), "--text-file", str(text), "--index", str(bm25_corpus["index"]),
+                     "--reranker", str(reranker), "--stride", str(S), "--max-length", str(L), "--doc-max-tokens",
+                     str(DOC), "--k", "4", "--output-dir", str(out)]) == 0
+        results[name] = json.loads((out / "results.json").read_text())
+        assert results[name]["strides_with_document"] > 0 and np.isfinite(results[name]["ppl_word"])
+        assert sum(results[name]["chosen_rank_counts"].values()) == results[name]["strides_with_document"]
