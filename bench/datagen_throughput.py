@@ -62,14 +62,14 @@ def gpt2(n_layer: int, n_embd: int, n_head: int, n_positions: int, device: str):
     return model.eval().requires_grad_(False).to(device)
 
 
-def build_rows(examples, tokens, window: int, stride: int, doc_tokens: int, tokenizer):
+def build_rows(examples, tokens, window: int, stride: int, doc_max_tokens: int, tokenizer):
     """(inputs, labels) of all rows: per example its candidates then the no-document row."""
     import numpy as np
     import torch
 
     from ralm.scoring import DocumentEncoder, condition_on_documents
 
-    enc = DocumentEncoder(tokenizer, doc_tokens)
+    enc = DocumentEncoder(tokenizer, doc_max_tokens)
     windows, docs = [], []
     for p, passages in examples:
         w = torch.from_numpy(np.asarray(tokens[p - (window - stride):p + stride], dtype=np.int64))
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stride", type=int, default=4)
     ap.add_argument("--query-tokens", type=int, default=32)
     ap.add_argument("--max-length", type=int, default=1024)
-    ap.add_argument("--doc-tokens", type=int, default=256)
+    ap.add_argument("--doc-max-tokens", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=34, help="rows per forward in the batched scorer")
     ap.add_argument("--gpu-examples", type=int, default=64, help="examples for the GPT-2-small GPU run")
     ap.add_argument("--total-examples", type=int, default=300_000, help="for the projected GPU time")
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     L, s, k = args.max_length, args.stride, args.k
     print(f"text: {text_src}, {len(t.ids):,} tokens, {len(t.titles)} articles; tokenizer: {tok_src}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads; L={L} s={s} k={k} "
-          f"doc budget={args.doc_tokens}")
+          f"doc budget={args.doc_max_tokens}")
 
     # ---- retrieval -------------------------------------------------------------------------
     n_pass = write_passages(iter_articles(text), tmp / "jsonl", shards=1, words=100)
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     # ---- scoring on CPU: batched vs naive -------------------------------------------------
     model = gpt2(2, 128, 2, max(L, 1024), "cpu")
     ex = list(zip(pos[:args.examples].tolist(), results[:args.examples]))
-    inputs, labels = build_rows(ex, t.ids, L, s, args.doc_tokens, tok)
+    inputs, labels = build_rows(ex, t.ids, L, s, args.doc_max_tokens, tok)
     rows = inputs.size(0)
     scorer = LMScorer(model, batch_size=args.batch_size, dtype="float32")
     scorer.nll(inputs[:2], labels[:2], s)  # warm-up
@@ -169,7 +169,7 @@ def main(argv=None) -> int:
         pos_g = sample_positions(len(t.ids), n_ex, L, s, seed=1)
         res_g = retriever.search([query_text(tok, t.ids, int(p), args.query_tokens) for p in pos_g], k,
                                  exclude_titles=t.title_at(pos_g))
-        inputs, labels = build_rows(list(zip(pos_g.tolist(), res_g)), t.ids, L, s, args.doc_tokens, tok)
+        inputs, labels = build_rows(list(zip(pos_g.tolist(), res_g)), t.ids, L, s, args.doc_max_tokens, tok)
         rows = inputs.size(0)
         model = gpt2(12, 768, 12, 1024, "cuda")
         n_params = sum(p.numel() for n, p in model.named_parameters() if "wte" not in n and "wpe" not in n)

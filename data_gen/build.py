@@ -3,7 +3,7 @@
     python -m data_gen.build --examples 300000                       # paper settings (configs/build.yaml)
     python -m data_gen.build --config configs/build.yaml --devices 4 --strategy ddp
     python -m data_gen.build --text-file train.txt --index corpus/index --model ./tiny --max-length 128 \\
-        --doc-tokens 64 --examples 1000 --eval-dataset none --out out/data
+        --doc-max-tokens 64 --examples 1000 --eval-dataset none --out out/data
 
 Each example is a prefix x of the training text (the window's first L - s tokens), its next s tokens
 y, the BM25 top-k passages d_1..d_k for the query made of x's last ℓ tokens (never from x's own
@@ -74,9 +74,9 @@ def effective_window(build: BuildConfig, model_config) -> int:
     except ValueError as e:
         raise BuildError(f"--model {build.model!r}: {e}") from e
     window = min(build.max_length, ctx)
-    if build.doc_tokens >= window - build.stride:
-        raise BuildError(f"--doc-tokens {build.doc_tokens} must be < L - s = {window} - {build.stride} "
-                         f"(L = min(--max-length, model context {ctx})); lower --doc-tokens")
+    if build.doc_max_tokens >= window - build.stride:
+        raise BuildError(f"--doc-max-tokens {build.doc_max_tokens} must be < L - s = {window} - {build.stride} "
+                         f"(L = min(--max-length, model context {ctx})); lower --doc-max-tokens")
     return window
 
 
@@ -230,7 +230,7 @@ def stage_score(layout: Layout, build: BuildConfig, run: RunConfig, window: int,
         raise BuildError(f"--model: {e}") from e
     shards = sorted({s for s, _ in chunks})
     dataset = ChunkDataset(chunks, {s: str(layout.retrieved(s)) for s in shards}, str(layout.tokens), build.model,
-                           window, build.stride, build.doc_tokens)
+                           window, build.stride, build.doc_max_tokens)
     loader = DataLoader(dataset, batch_size=1, shuffle=False, collate_fn=unwrap, num_workers=run.num_workers,
                         multiprocessing_context="spawn" if run.num_workers > 0 else None,
                         persistent_workers=run.num_workers > 0)
@@ -339,7 +339,7 @@ def write_manifest(layout: Layout, build: BuildConfig, run: RunConfig, window: i
         "corpus_passages": retrieval.get("num_docs"),
         "n_forbidden_titles": retrieval.get("n_forbidden_titles"),
         "k1": build.k1, "b": build.b, "k": build.k, "s": build.stride, "query_tokens": build.query_tokens,
-        "L": window, "max_length": build.max_length, "doc_tokens": build.doc_tokens, "seed": build.seed,
+        "L": window, "max_length": build.max_length, "doc_max_tokens": build.doc_max_tokens, "seed": build.seed,
         "shard_size": build.shard_size,
         "examples_with_fewer_than_k": short,
         "lm_logprobs": "sum over the s target tokens of log p (nats, float32), per candidate, BM25 rank order",

@@ -52,7 +52,7 @@ class BuildConfig:
     stride: int = _h("s: target tokens per example (the retrieval stride)", default=4)
     query_tokens: int = _h("ℓ: the BM25 query is the decode of the last ℓ tokens before the targets", default=32)
     max_length: int = _h("L: LM window length (capped at the model's context)", default=1024)
-    doc_tokens: int = _h("document budget: passages are cut to this many LM tokens", default=256)
+    doc_max_tokens: int = _h("document budget: passages are cut to this many LM tokens", default=256)
 
     def __post_init__(self) -> None:
         problems = []
@@ -66,15 +66,15 @@ class BuildConfig:
             problems.append(f"--stride must be >= 1, got {self.stride}")
         if self.query_tokens < 1:
             problems.append(f"--query-tokens must be >= 1, got {self.query_tokens}")
-        if self.doc_tokens < 1:
-            problems.append(f"--doc-tokens must be >= 1, got {self.doc_tokens}")
+        if self.doc_max_tokens < 1:
+            problems.append(f"--doc-max-tokens must be >= 1, got {self.doc_max_tokens}")
         if self.max_length < 2:
             problems.append(f"--max-length must be >= 2, got {self.max_length}")
-        elif self.doc_tokens >= self.max_length - self.stride:
+        elif self.doc_max_tokens >= self.max_length - self.stride:
             problems.append(
-                f"--doc-tokens ({self.doc_tokens}) must be < --max-length - --stride "
+                f"--doc-max-tokens ({self.doc_max_tokens}) must be < --max-length - --stride "
                 f"({self.max_length} - {self.stride}): a document may not overwrite the target tokens; "
-                "lower --doc-tokens or raise --max-length")
+                "lower --doc-max-tokens or raise --max-length")
         elif self.query_tokens > self.max_length - self.stride:
             problems.append(f"--query-tokens ({self.query_tokens}) must be <= --max-length - --stride")
         if self.k1 <= 0 or not 0 <= self.b <= 1:

@@ -58,12 +58,12 @@ class ChunkDataset(Dataset):
     """
 
     def __init__(self, chunks: list[tuple[int, list[int]]], retrieved: dict[int, str], tokens_path: str,
-                 tokenizer_name: str, window: int, stride: int, doc_tokens: int):
+                 tokenizer_name: str, window: int, stride: int, doc_max_tokens: int):
         self.chunks = chunks
         self.retrieved = retrieved
         self.tokens_path = tokens_path
         self.tokenizer_name = tokenizer_name
-        self.window, self.stride, self.doc_tokens = window, stride, doc_tokens
+        self.window, self.stride, self.doc_max_tokens = window, stride, doc_max_tokens
         self._ids = None
         self._encoder = None
         self._shard = (None, None)
@@ -82,7 +82,7 @@ class ChunkDataset(Dataset):
             from transformers import AutoTokenizer
 
             self._ids = np.load(self.tokens_path, mmap_mode="r")
-            self._encoder = DocumentEncoder(AutoTokenizer.from_pretrained(self.tokenizer_name), self.doc_tokens)
+            self._encoder = DocumentEncoder(AutoTokenizer.from_pretrained(self.tokenizer_name), self.doc_max_tokens)
         shard, ids = self.chunks[i]
         rows = self._rows(shard)
         windows, docs, counts = [], [], []

@@ -36,7 +36,7 @@ def dg_inputs(tmp_path_factory, wiki_text, tiny_gpt2_dir) -> dict:
 
 def build_args(inp: dict, out: Path, *extra: str) -> list[str]:
     return ["--text-file", str(inp["text"]), "--index", str(inp["index"]), "--model", str(inp["model"]),
-            "--max-length", str(L), "--doc-tokens", str(DOC), "--stride", str(S), "--examples", "40",
+            "--max-length", str(L), "--doc-max-tokens", str(DOC), "--stride", str(S), "--examples", "40",
             "--shard-size", "16", "--eval-text-file", str(inp["eval"]), "--out", str(out),
             "--batch-examples", "4", "--batch-size", "32", "--accelerator", "cpu", "--devices", "1", *extra]
 
@@ -78,7 +78,7 @@ def test_schema_and_manifest(built):
     for f in files:
         assert pq.read_schema(f).remove_metadata().equals(SCHEMA)
     m = built["manifest"]
-    assert m["examples"] == 40 and m["k"] == 16 and m["s"] == S and m["L"] == L and m["doc_tokens"] == DOC
+    assert m["examples"] == 40 and m["k"] == 16 and m["s"] == S and m["L"] == L and m["doc_max_tokens"] == DOC
     assert m["corpus_passages"] > 16 and m["k1"] == 0.9 and m["b"] == 0.4 and m["n_forbidden_titles"] == 2
     assert [s["rows"] for s in m["shards"]] == [16, 16, 8]
     rows = load_rows(built["out"])
@@ -189,7 +189,7 @@ def test_bad_inputs_fail_clearly(dg_inputs, tmp_path, capsys):
     fails("--text-file", str(tmp_path / "empty.txt"), match="is empty")
     fails("--text-file", str(tmp_path / "short.txt"), match="fewer than one 128-token window")
     fails("--model", str(tmp_path / "no-model"), match="--model")
-    fails("--doc-tokens", "200", match="--doc-tokens")
+    fails("--doc-max-tokens", "200", match="--doc-max-tokens")
     fails("--examples", "100000000", match="exceeds")
     fails("--shard-size", "0", match="--shard-size")
     fails("--k", "100000", match="larger than the corpus")
@@ -261,7 +261,7 @@ def test_shipped_build_configs_parse():
         assert build.examples > 0 and run.trainer.kwargs()
     build, _ = split_settings(load_yaml(ROOT / "configs" / "build.yaml"))
     assert (build.examples, build.model, build.k, build.stride, build.query_tokens, build.max_length,
-            build.doc_tokens, build.index) == (300_000, "gpt2", 16, 4, 32, 1024, 256, "wikipedia-dpr-100w")
+            build.doc_max_tokens, build.index) == (300_000, "gpt2", 16, 4, 32, 1024, 256, "wikipedia-dpr-100w")
 
 
 def test_whole_text_fallback_matches_article_split(wiki_text, tiny_gpt2_dir):
@@ -304,7 +304,7 @@ def test_source_article_excluded_in_both_spellings():
         def decode(self, ids):
             return " ".join(map(str, ids))
 
-    build = BuildConfig(examples=2, k=2, max_length=64, doc_tokens=8, query_tokens=4, eval_dataset=None)
+    build = BuildConfig(examples=2, k=2, max_length=64, doc_max_tokens=8, query_tokens=4, eval_dataset=None)
     table = retrieve_shard(FakeRetriever(), build, Tok(), np.arange(100), np.arange(2), np.array([40, 50]),
                            [written, "Plain"], set(), batch=8).to_pylist()
     assert table[0]["doc_titles"] == ["Other", "Plain"]

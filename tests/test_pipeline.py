@@ -29,7 +29,7 @@ def chain(tmp_path_factory, bm25_corpus, tiny_gpt2_dir, tiny_roberta_dir):
     train = d / "train.txt"
     train.write_text(bm25_corpus["text"], encoding="utf-8")
     run("data_gen.build", "--text-file", str(train), "--index", str(bm25_corpus["index"]), "--model",
-        str(tiny_gpt2_dir), "--max-length", str(L), "--doc-tokens", str(DOC), "--stride", str(S), "--k", "4",
+        str(tiny_gpt2_dir), "--max-length", str(L), "--doc-max-tokens", str(DOC), "--stride", str(S), "--k", "4",
         "--examples", "32", "--shard-size", "16", "--eval-dataset", "none", "--out", str(d / "data"),
         "--batch-examples", "4", "--accelerator", "cpu", "--devices", "1")
     run("reranking.fit", "--config", str(ROOT / "configs" / "fit.yaml"), "--model.encoder", str(tiny_roberta_dir),
