@@ -254,7 +254,7 @@ def test_sampling_is_reproducible_and_full_length():
 def test_shipped_build_configs_parse():
     from data_gen.config import load_yaml, split_settings
 
-    files = sorted((ROOT / "configs").glob("build*.yaml"))
+    files = sorted((ROOT / "configs").rglob("build*.yaml"))
     assert files
     for f in files:
         build, run = split_settings(load_yaml(f))

@@ -86,7 +86,7 @@ def test_config_yaml_and_errors(tmp_path, capsys):
 def test_shipped_ppl_configs_parse():
     from pathlib import Path
 
-    files = sorted((Path(__file__).resolve().parents[1] / "configs").glob("ppl*.yaml"))
+    files = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("ppl*.yaml"))
     assert files
     for f in files:
         parse_config(["--config", str(f), "--reranker", "none"])

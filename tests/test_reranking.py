@@ -196,7 +196,7 @@ def test_every_fit_config_parses(capsys, monkeypatch):
     from reranking.system import RerankerSystem
 
     monkeypatch.setattr(sys, "argv", ["reranking.fit"])
-    configs = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
+    configs = sorted((Path(__file__).parents[1] / "configs").rglob("*.yaml"))
     targets = [c for c in configs if c.name.startswith("fit") or "reranking.fit" in c.read_text()]
     assert targets, "configs/fit.yaml is missing"
     for cfg in targets:
