@@ -9,7 +9,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 from torchmetrics import SumMetric
-from torchmetrics.functional.retrieval import retrieval_normalized_dcg, retrieval_reciprocal_rank
+from torchmetrics.functional.retrieval import retrieval_normalized_dcg
 
 from reranking.inputs import InputFormat
 from reranking.loss import DistillationLoss, MarginalLikelihoodLoss
@@ -19,6 +19,23 @@ CKPT_META_KEY = "reranker"  # self-description stored in every Lightning checkpo
 MONITOR = "val/nll_reranker"
 
 _SUMS = ("loss", "n", "nll_reranker", "nll_bm25", "nll_oracle", "top1", "nll_nodoc", "n_nodoc", "rr", "ndcg")
+
+
+def reciprocal_rank(scores: torch.Tensor, relevant: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Reciprocal rank of the first relevant candidate when each row is sorted by score, ``FloatTensor[B]``.
+
+    ``scores``, ``relevant``, ``mask``: ``[B, k]``. Scores may be any real numbers (negative included:
+    torchmetrics' ``retrieval_reciprocal_rank`` counts a candidate with a score <= 0 as irrelevant, which
+    made MRR 0 for a reranker whose scores are all negative). Ties keep candidate order (BM25's), as
+    ``argmax`` does, so rank 1 agrees with the candidate the reranker picks. Masked candidates are
+    never ranked; a row with no relevant real candidate gets 0.
+    """
+    neg_inf = torch.tensor(float("-inf"), dtype=torch.float32, device=scores.device)
+    order = torch.sort(torch.where(mask, scores.float(), neg_inf), dim=1, descending=True, stable=True).indices
+    hit = (relevant & mask).gather(1, order)                                  # [B, k] in ranked order
+    pos = torch.arange(1, scores.shape[1] + 1, device=scores.device, dtype=torch.float32)
+    rr = (hit.float() / pos).masked_fill(~hit, 0.0)
+    return rr.max(dim=1).values  # 1 / position of the first hit (positions increase along the row)
 
 
 def linear_warmup_decay(warmup_steps: int, total_steps: int):
@@ -140,11 +157,10 @@ class RerankerSystem(pl.LightningModule):
         # at the end (a per-example sum all-reduces exactly; no gathering of every score to one rank).
         # MRR: relevant = the oracle-best candidate(s). NDCG: graded relevance exp(lp_j - max lp) in (0, 1],
         # the candidate's likelihood relative to the best one.
-        rr = scores.new_zeros(())
+        rr = reciprocal_rank(scores, lm_masked == oracle_lp[:, None], mask).sum()
         ndcg = scores.new_zeros(())
         for b in range(B):
             m = mask[b]
-            rr = rr + retrieval_reciprocal_rank(scores[b, m], lm[b, m] == oracle_lp[b])
             ndcg = ndcg + retrieval_normalized_dcg(scores[b, m], (lm[b, m] - oracle_lp[b]).exp())
         s["rr"].update(rr)
         s["ndcg"].update(ndcg)

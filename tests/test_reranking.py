@@ -184,6 +184,39 @@ def test_lr_schedule_warmup_then_linear_decay():
     assert f(60) == pytest.approx(0.5) and f(110) == 0.0
 
 
+def test_reciprocal_rank_with_negative_scores_ties_and_padding():
+    from reranking.system import reciprocal_rank
+
+    scores = torch.tensor([[-3.0, -1.0, -2.0, -0.5],    # all negative: relevant #2 ranked 2nd
+                           [-1.0, -1.0, -1.0, 0.0],     # ties keep candidate order: #2 ranked 4th
+                           [-9.0, -5.0, 7.0, -4.0]])    # #3 is padding (never ranked): #0 ranked 3rd
+    relevant = torch.tensor([[False, True, False, False], [False, False, True, False], [True, False, True, False]])
+    mask = torch.tensor([[True] * 4, [True] * 4, [True, True, False, True]])
+    torch.testing.assert_close(reciprocal_rank(scores, relevant, mask), torch.tensor([1 / 2, 1 / 4, 1 / 3]))
+
+
+def test_validation_mrr_is_at_least_one_over_k(tiny_roberta_dir):
+    """Regression: MRR was 0 whenever the reranker's scores were negative (torchmetrics drops preds <= 0)."""
+    from reranking.system import RerankerSystem
+
+    system = RerankerSystem(str(tiny_roberta_dir), pretrained=False, max_length=64, max_prefix_tokens=16)
+    B, k = 6, 4
+    scores = -10.0 - torch.rand(B, k)                       # all negative, as a fresh reranker's often are
+    lm = -20.0 * torch.rand(B, k)
+    mask = torch.ones(B, k, dtype=torch.bool)
+    mask[0, 3] = False
+    system.score_batch = lambda batch: scores.masked_fill(~batch["mask"], float("-inf"))
+    system.validation_step({"mask": mask, "lm_logprobs": lm, "nodoc_logprob": torch.full((B,), -30.0)}, 0)
+    n = system.val_sums["n"].compute()
+    mrr = float(system.val_sums["rr"].compute() / n)
+    lm_m = lm.masked_fill(~mask, float("-inf"))
+    expected = []
+    for b in range(B):
+        order = sorted(range(k), key=lambda j: -float(scores[b, j]) if mask[b, j] else math.inf)
+        expected.append(1.0 / (1 + order.index(int(lm_m[b].argmax()))))
+    assert mrr >= 1.0 / k and mrr == pytest.approx(sum(expected) / B)
+
+
 # ------------------------------------------------------------------------------------------ configs
 def test_every_fit_config_parses(capsys, monkeypatch):
     import sys
