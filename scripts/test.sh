@@ -9,11 +9,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit $?
 status=0
+log=$(mktemp)
 for f in tests/test_*.py; do
     echo "== $f"
-    .venv/bin/python -m pytest -q -p no:cacheprovider "$f" "$@"
-    rc=$?
-    if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=$rc; fi   # 5 = nothing collected (e.g. -k)
+    .venv/bin/python -m pytest -q -p no:cacheprovider "$f" "$@" 2>&1 | tee -a "$log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=$rc; echo "== $f FAILED (exit $rc)"; fi  # 5: none collected
 done
-[ "$status" -eq 0 ] && echo "all test files passed" || echo "some test files FAILED (exit $status)"
+# One closing line for the whole suite, summed over the files' pytest summaries.
+count() { grep -Eo "[0-9]+ $1" "$log" | awk '{s += $1} END {print s + 0}'; }
+echo "total: $(count passed) passed, $(count failed) failed, $(count skipped) skipped"
+rm -f "$log"
+[ "$(count passed)" -gt 0 ] || status=1
 exit $status
