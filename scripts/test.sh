@@ -18,7 +18,8 @@ for f in tests/test_*.py; do
 done
 # One closing line for the whole suite, summed over the files' pytest summaries.
 count() { grep -Eo "[0-9]+ $1" "$log" | awk '{s += $1} END {print s + 0}'; }
-echo "total: $(count passed) passed, $(count failed) failed, $(count skipped) skipped"
+passed=$(count passed)
+echo "total: $passed passed, $(count failed) failed, $(count skipped) skipped"
 rm -f "$log"
-[ "$(count passed)" -gt 0 ] || status=1
+[ "$passed" -gt 0 ] || status=1
 exit $status
