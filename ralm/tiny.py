@@ -91,16 +91,20 @@ def make_gpt2(out_dir: str | Path, tokenizer, n_layer: int = 2, n_embd: int = 32
 
 
 def make_roberta(out_dir: str | Path, tokenizer, num_hidden_layers: int = 2, hidden_size: int = 32,
-                 num_attention_heads: int = 2, max_position_embeddings: int = 514, seed: int = 0):
-    """A randomly initialised RoBERTa encoder (real architecture), saved with its tokenizer."""
+                 num_attention_heads: int = 2, max_position_embeddings: int = 514, seed: int = 0, **config):
+    """A randomly initialised RoBERTa encoder (real architecture), saved with its tokenizer.
+
+    ``config`` overrides further ``RobertaConfig`` fields (e.g. ``initializer_range``, dropouts).
+    """
     import torch
     from transformers import AutoModel, RobertaConfig
 
     torch.manual_seed(seed)
+    overrides = config
     config = RobertaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
                            num_attention_heads=num_attention_heads, intermediate_size=4 * hidden_size,
                            max_position_embeddings=max_position_embeddings, pad_token_id=tokenizer.pad_token_id,
-                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, **overrides)
     model = AutoModel.from_config(config)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
