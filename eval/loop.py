@@ -10,7 +10,7 @@ forwards, and the LM head runs only on the positions that are scored.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
@@ -20,7 +20,10 @@ from ralm.scoring import DocumentEncoder, LMScorer, condition_on_documents
 from ralm.selectors import Selector, StrideBatch
 from ralm.windows import Window, stride_windows
 
-CandidateFn = Callable[[list[Window]], list[list["Passage"]]]  # noqa: F821 (ralm.retrieval.Passage)
+if TYPE_CHECKING:
+    from ralm.retrieval import Passage
+
+CandidateFn = Callable[[list[Window]], "list[list[Passage]]"]  # windows -> allowed passages per stride
 
 
 @dataclass
@@ -116,26 +119,20 @@ def run_loop(ids: Sequence[int], tokenizer, scorer: LMScorer, selector: Selector
                              f"{trg} targets; lower --zero-shot-tokens or raise --max-length")
 
         if selector.needs_lm_scores:
-            # Every candidate of every stride in one pass: rows (B*k_i) of [doc ; window].
-            row_win, row_doc, owner = [], [], []
+            # Every candidate of every stride in one pass, stride by stride; a stride without
+            # candidates gets one row without a document.
+            owner, row_doc, first_row = [], [], []
             for b, c in enumerate(cands):
+                first_row.append(len(owner))
                 for d in (docs([p.document() for p in c]) if c else [None]):
-                    row_win.append(b)
-                    row_doc.append(d)
                     owner.append(b)
-            rows = wins[row_win]
+                    row_doc.append(d)
+            rows = wins[owner]  # (R, W)
             nll = scorer.nll(condition_on_documents(rows, row_doc), rows, n_score)  # (R, n_score)
-            rank_cols = nll[:, :rank_extra] if selector.lm_ranking == "prefix" else nll[:, rank_extra:]
-            rank_sum = rank_cols.sum(1)
-            kmax = max(1, max(len(c) for c in cands))
-            table = torch.full((len(run), kmax), float("inf"))
-            first_row = [0] * len(run)
-            pos = 0
+            rank_sum = (nll[:, :rank_extra] if selector.lm_ranking == "prefix" else nll[:, rank_extra:]).sum(1)
+            table = torch.full((len(run), max(1, max(len(c) for c in cands))), float("inf"))  # (B, k_max)
             for b, c in enumerate(cands):
-                first_row[b] = pos
-                m = max(1, len(c))
-                table[b, :len(c)] = rank_sum[pos:pos + len(c)]
-                pos += m
+                table[b, :len(c)] = rank_sum[first_row[b]:first_row[b] + len(c)]
             picks = selector.select(batch, table)
             for b, w in enumerate(run):
                 p = picks[b]
