@@ -56,18 +56,9 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.examples < 1:
-            problems.append(f"--examples must be >= 1, got {self.examples}")
-        if self.shard_size < 1:
-            problems.append(f"--shard-size must be >= 1, got {self.shard_size}")
-        if self.k < 1:
-            problems.append(f"--k must be >= 1, got {self.k}")
-        if self.stride < 1:
-            problems.append(f"--stride must be >= 1, got {self.stride}")
-        if self.query_tokens < 1:
-            problems.append(f"--query-tokens must be >= 1, got {self.query_tokens}")
-        if self.doc_max_tokens < 1:
-            problems.append(f"--doc-max-tokens must be >= 1, got {self.doc_max_tokens}")
+        for name in ("examples", "shard_size", "k", "stride", "query_tokens", "doc_max_tokens"):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.max_length < 2:
             problems.append(f"--max-length must be >= 2, got {self.max_length}")
         elif self.doc_max_tokens >= self.max_length - self.stride:
