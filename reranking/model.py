@@ -27,6 +27,9 @@ class CrossEncoder(nn.Module):
             self.encoder = AutoModel.from_pretrained(encoder) if pretrained else AutoModel.from_config(config)
         else:
             self.encoder = AutoModel.from_config(config)
+        # from_pretrained returns the model in eval mode, and Lightning keeps module modes as it finds
+        # them: without this, fine-tuning a pretrained encoder would silently run with dropout off.
+        self.encoder.train()
         if getattr(self.encoder, "pooler", None) is not None:
             self.encoder.pooler = None
         self.head = nn.Linear(self.encoder.config.hidden_size, 1)

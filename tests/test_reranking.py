@@ -240,3 +240,11 @@ def test_every_fit_config_parses(capsys, monkeypatch):
         printed = yaml.safe_load(capsys.readouterr().out)
         assert printed["model"]["encoder"] and "tokenizer" not in printed["data"], cfg  # linked to model.encoder
         assert printed["trainer"]["max_steps"] > 0, cfg
+
+
+def test_pretrained_encoder_starts_in_train_mode(tiny_roberta_dir):
+    """from_pretrained returns eval mode and Lightning keeps it: fine-tuning would run without dropout."""
+    from reranking.model import CrossEncoder
+
+    model = CrossEncoder(str(tiny_roberta_dir), pretrained=True)
+    assert all(m.training for m in model.modules())
