@@ -13,8 +13,13 @@ year, instrument, animal, colour, siblings), and each fact type has its own voca
   1851 = ``) in which people appear and their facts are restated in other words and another order.
   The facts are unpredictable without the person's own article, so an LM that reads its context
   gains only from the right passage. Event headings are never corpus titles (DESIGN §4 forbids
-  retrieving passages titled like an evaluation heading), and the people of the evaluation text are
-  disjoint from the people of the training text (so no LM or reranker can memorise their facts).
+  retrieving passages titled like an evaluation heading). By default the people of the evaluation
+  text never appear in the training text; ``eval_people_in_train=True`` (the demo's setting) lets the
+  training text mention everyone, as Wikipedia's training articles mention the entities of its test
+  articles. That is what lets a reranker learn who is who: measured, an encoder that only ever saw
+  training-split people as positives preferred them over the unseen evaluation people and chose
+  passages at BM25 ranks 5-7 (word ppl 6.48 against 6.18 with no retrieval). The demo LM is trained
+  on other worlds, so it cannot memorise any fact of this one either way.
 
 Everything is a pure function of the seed. CLI: ``python -m demo.world --out DIR`` writes
 ``corpus.txt`` (raw WikiText layout, one article per corpus passage), ``corpus.jsonl``
@@ -207,7 +212,7 @@ def _event_articles(people: list[Person], towns: list[str], n_articles: int, rng
 
 def make_world(n_families: int = 360, n_first: int = 24, n_towns: int = 24, n_train_articles: int = 3000,
                n_eval_articles: int = 30, eval_fraction: float = 0.2, eval_facts: tuple[int, int] = (3, 6),
-               seed: int = 0) -> World:
+               seed: int = 0, eval_people_in_train: bool = False) -> World:
     """Build the whole world deterministically from ``seed``."""
     rng = random.Random(seed)
     taken: set[str] = set()
@@ -247,7 +252,8 @@ def make_world(n_families: int = 360, n_first: int = 24, n_towns: int = 24, n_tr
     train_people = [p for p in people if p.split == "train"]
     eval_text = _event_articles(eval_people, towns, n_eval_articles, random.Random(seed + 1), by_name, used_titles,
                                 eval_facts)
-    train_text = _event_articles(train_people, towns, n_train_articles, random.Random(seed + 2), by_name, used_titles)
+    train_text = _event_articles(people if eval_people_in_train else train_people, towns, n_train_articles,
+                                 random.Random(seed + 2), by_name, used_titles)
     return World(people=people, towns=towns, corpus=corpus, train_text=train_text, eval_text=eval_text)
 
 
@@ -296,14 +302,34 @@ def write_world(world: World, out: str | Path) -> dict[str, Path]:
     return paths
 
 
+def _yes(s: str) -> bool:
+    if s.lower() in ("1", "true", "yes"):
+        return True
+    if s.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
+
+
+def world_from_config(path: str | Path) -> World:
+    """The world a ``configs/demo/world.yaml``-style file describes (its keys are this CLI's flags)."""
+    import yaml
+
+    c = yaml.safe_load(Path(path).read_text()) or {}
+    return make_world(n_train_articles=int(c.get("train-articles", 3000)), n_eval_articles=int(c.get("eval-articles", 30)),
+                      seed=int(c.get("seed", 0)), eval_people_in_train=_yes(str(c.get("eval-people-in-train", False))))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--train-articles", type=int, default=3000)
     ap.add_argument("--eval-articles", type=int, default=30)
+    ap.add_argument("--eval-people-in-train", type=_yes, default=False,
+                    help="true: the training text may mention the people of the evaluation text too")
     a = ap.parse_args(argv)
-    w = make_world(n_train_articles=a.train_articles, n_eval_articles=a.eval_articles, seed=a.seed)
+    w = make_world(n_train_articles=a.train_articles, n_eval_articles=a.eval_articles, seed=a.seed,
+                   eval_people_in_train=a.eval_people_in_train)
     paths = write_world(w, a.out)
     print(f"{len(w.people)} people, {len(w.corpus)} passages, train {len(w.train_text.split())} words, "
           f"eval {len(w.eval_text.split())} words -> {a.out}")

@@ -93,3 +93,29 @@ def test_committed_lm_loads_and_reads_its_documents(world):
     # measured when committed: none 1.42, right 1.23, wrong 1.41 nats/token (a random LM: all equal)
     assert nll["right"] < 0.92 * nll["none"], nll  # documents help
     assert nll["right"] < nll["wrong"] - 0.05, nll  # and it is the right document that helps
+
+
+def test_eval_people_in_train_changes_only_the_training_text(world):
+    shared = make_world(seed=0, n_train_articles=40, n_eval_articles=30, eval_people_in_train=True)
+    assert shared.corpus == world.corpus and shared.eval_text == world.eval_text
+    names = [p.name for p in world.people]
+    in_eval = {n for _, n in mentions(shared.eval_text, names)}
+    in_train = {n for _, n in mentions(shared.train_text, names)}
+    assert in_eval & in_train
+
+
+def test_committed_encoder_covers_the_demo_world():
+    """The pretrained demo encoder loads as a reranker encoder and has a token for every name and town."""
+    from transformers import AutoTokenizer
+
+    from demo.world import world_from_config
+    from reranking.model import CrossEncoder
+
+    enc_dir = LM_DIR.parent / "encoder"
+    tok = AutoTokenizer.from_pretrained(enc_dir)
+    model = CrossEncoder(str(enc_dir), pretrained=True)
+    assert model.config.vocab_size == len(tok)
+    w = world_from_config(LM_DIR.parents[2] / "configs" / "demo" / "world.yaml")
+    words = {x for t, _ in w.corpus for x in t.split()}
+    ids = tok(" ".join(sorted(words)), add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(words) and tok.unk_token_id not in ids
