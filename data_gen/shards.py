@@ -135,6 +135,15 @@ class Layout:
         return [self.shard(i) for i in range(self.build.n_shards)]
 
 
+def _same_setting(a, b) -> bool:
+    """Equal, or two spellings (relative / absolute) of one existing file or directory."""
+    if a == b:
+        return True
+    if isinstance(a, str) and isinstance(b, str) and a and b and os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return False
+
+
 def check_or_store_config(layout: Layout, write: bool = True) -> bool:
     """Compare the build config with ``OUT/config.json``; store it if absent. True if it was new.
 
@@ -142,11 +151,10 @@ def check_or_store_config(layout: Layout, write: bool = True) -> bool:
     """
     mine = identity(layout.build)
     if layout.config.exists():
-        stored = layout.config.read_text()
-        if json.loads(stored) != json.loads(mine):
-            old, new = json.loads(stored), json.loads(mine)
-            diff = [f"{k}: stored {old.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(old) | set(new))
-                    if old.get(k) != new.get(k)]
+        old, new = json.loads(layout.config.read_text()), json.loads(mine)
+        diff = [f"{k}: stored {old.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(old) | set(new))
+                if not _same_setting(old.get(k), new.get(k))]
+        if diff:
             raise BuildError(
                 f"{layout.root} already holds a dataset built with a different configuration "
                 f"({layout.config}):\n  " + "\n  ".join(diff) +

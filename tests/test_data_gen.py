@@ -134,6 +134,10 @@ def test_rerun_is_a_noop_and_other_config_refused(built, dg_inputs, capsys):
     assert main(build_args(dg_inputs, built["out"])) == 0
     assert "already complete" in capsys.readouterr().out
     assert before == {f: os.path.getmtime(f) for f in glob.glob(str(built["out"] / "*"))}
+    # the same files spelled as relative paths are the same configuration
+    rel = {k: (os.path.relpath(v) if k in ("text", "index") else v) for k, v in dg_inputs.items()}
+    assert main(build_args(rel, built["out"])) == 0
+    assert "already complete" in capsys.readouterr().out
     assert main(build_args(dg_inputs, built["out"], "--k", "8")) == 2
     err = capsys.readouterr().err
     assert "different configuration" in err and "k: stored 16, now 8" in err
