@@ -15,10 +15,16 @@ pretrains one, as RoBERTa was pretrained before the paper used it:
   (the matching skill appears after ~400 updates); stage 2 the near-duplicates a lexical retriever
   confuses: siblings, namesakes, towns named nearby and earlier people of the same prefix.
 
-The result is committed as ``demo/assets/encoder`` (0.6 MB); ``reranking.fit`` then fine-tunes it with
-the paper's LM-supervised loss like any pretrained encoder. Reproduce::
+The result is committed as ``demo/assets/encoder`` (0.7 MB), a reranker export (encoder and scoring
+head); ``reranking.fit --model.init_from demo/assets/encoder`` then fine-tunes both with the paper's
+LM-supervised loss. Reproduce (seed 0, 1 thread, about 11 minutes on a busy 2-core machine)::
 
     python -m demo.encoder --out demo/assets/encoder
+
+Measured on the demo (word ppl; bm25 4.842, none 6.181): this encoder alone (no fine-tuning) 5.07,
+fine-tuned 4.98. With 64-token pairs (24 of prefix) and 800 hard updates 5.04; a from-scratch BPE
+encoder 9.5 (it preferred the people it had seen as positives before eval people were allowed in the
+training text). Still short of BM25, which picks the person named last 76 % of the time here.
 """
 
 from __future__ import annotations
@@ -90,7 +96,7 @@ def negatives(name: str, tail: str, hard: bool, k: int, rng: random.Random, peop
 
 def pretrain(model_dir: Path, world, stages: list[tuple[int, bool]], batch_size: int = 16, k: int = 8,
              max_length: int = 64, max_prefix_tokens: int = 24, lr: float = 1e-3, seed: int = 0, log=print):
-    """Contrastive pretraining of the encoder in ``model_dir`` (saved back there, without the head)."""
+    """Contrastive pretraining of the encoder in ``model_dir``, saved back there as a reranker export."""
     import torch
     from transformers import AutoTokenizer
 
@@ -142,7 +148,9 @@ def pretrain(model_dir: Path, world, stages: list[tuple[int, bool]], batch_size:
                 log(f"[encoder] stage {stage} ({'hard' if hard else 'random'} negatives) step {step + 1}/{steps} "
                     f"loss {loss.item():.3f} top-1 {hits / n:.2f} ({time.time() - t0:.0f}s)")
                 hits = n = 0
-    model.encoder.save_pretrained(model_dir)
+    from reranking.export import export_model
+
+    export_model(model, tok, fmt, "demo/assets/encoder", model_dir)  # encoder + head: fit starts from both
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,8 +158,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="demo/assets/encoder")
     ap.add_argument("--world-config", default="configs/demo/world.yaml", help="the world to pretrain on")
     ap.add_argument("--random-steps", type=int, default=1500, help="stage 1 updates (random negatives)")
-    ap.add_argument("--hard-steps", type=int, default=800, help="stage 2 updates (near-duplicate negatives)")
+    ap.add_argument("--hard-steps", type=int, default=1500, help="stage 2 updates (near-duplicate negatives)")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--max-length", type=int, default=96, help="pair length (match configs/demo/fit.yaml)")
+    ap.add_argument("--max-prefix-tokens", type=int, default=48, help="prefix tail (match configs/demo/fit.yaml)")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="1 is fastest for this small model on CPU")
     a = ap.parse_args(argv)
@@ -166,9 +178,10 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(a.out)
     world = world_from_config(a.world_config)
     tok = word_tokenizer([corpus_wikitext(world.corpus), world.train_text], out)
-    make_roberta(out, tok, num_hidden_layers=2, hidden_size=64, num_attention_heads=4, seed=a.seed,
+    make_roberta(out, tok, num_hidden_layers=a.layers, hidden_size=a.hidden, num_attention_heads=4, seed=a.seed,
                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    pretrain(out, world, [(a.random_steps, False), (a.hard_steps, True)], lr=a.lr, seed=a.seed)
+    pretrain(out, world, [(a.random_steps, False), (a.hard_steps, True)], max_length=a.max_length,
+             max_prefix_tokens=a.max_prefix_tokens, lr=a.lr, seed=a.seed)
     (out / "pretrain_args.json").write_text(json.dumps(vars(a) | {"seconds": round(time.time() - t0)}, indent=1))
     print(f"saved to {out} ({time.time() - t0:.0f}s)")
 

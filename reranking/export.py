@@ -30,16 +30,20 @@ FORMAT = "ralm-reranker"
 
 def export(system, out_dir: str | Path) -> Path:
     """Write ``system`` (a :class:`~reranking.system.RerankerSystem`) as a self-describing directory."""
+    return export_model(system.model, system.tokenizer, system.fmt, system.hparams.encoder, out_dir)
+
+
+def export_model(model: CrossEncoder, tokenizer, fmt, encoder: str, out_dir: str | Path) -> Path:
+    """Write a :class:`CrossEncoder`, its tokenizer and input format as a self-describing directory."""
     from safetensors.torch import save_model
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model: CrossEncoder = system.model
     save_model(model, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
     model.config.save_pretrained(out)
-    system.tokenizer.save_pretrained(out)
-    meta = {"format": FORMAT, "version": 1, "encoder": system.hparams.encoder,
-            "input_format": system.fmt.to_dict(), "weights": WEIGHTS_FILE,
+    tokenizer.save_pretrained(out)
+    meta = {"format": FORMAT, "version": 1, "encoder": encoder,
+            "input_format": fmt.to_dict(), "weights": WEIGHTS_FILE,
             "score": "linear head on the first token's last hidden state"}
     (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     return out

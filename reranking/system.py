@@ -63,12 +63,14 @@ class RerankerSystem(pl.LightningModule):
         weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
         warmup_steps: optimizer steps of linear warm-up from 0 to ``lr``; then linear decay to 0.
         total_steps: length of the schedule in optimizer steps; default: the trainer's ``max_steps``.
+        init_from: a reranker export (encoder *and* head, e.g. one pretrained on other data) whose
+            weights to start from; its architecture must be ``encoder``'s. Use ``pretrained: false``.
     """
 
     def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, max_length: int = 512,
                  max_prefix_tokens: int = 256, loss: str = "marginal", temperature: float = 1.0,
                  lr: float = 1e-5, weight_decay: float = 0.01, warmup_steps: int = 1000,
-                 total_steps: int | None = None):
+                 total_steps: int | None = None, init_from: str | None = None):
         super().__init__()
         problems = []
         if loss not in ("marginal", "distill"):
@@ -84,6 +86,16 @@ class RerankerSystem(pl.LightningModule):
         self.save_hyperparameters()
         self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens)
         self.model = CrossEncoder(encoder, pretrained=pretrained)
+        if init_from is not None:
+            from reranking.export import load_reranker
+
+            start, _, _ = load_reranker(init_from)
+            try:
+                self.model.load_state_dict(start.state_dict(), strict=True)
+            except RuntimeError as e:
+                raise ValueError(f"RerankerSystem: init_from={init_from!r} does not fit encoder={encoder!r} "
+                                 f"(use the export's own directory as --model.encoder): {e}") from None
+            self.model.train()
         cfg = self.model.config
         offset = 2 if cfg.model_type in ("roberta", "xlm-roberta", "camembert") else 0
         self.fmt.check_encoder(getattr(cfg, "max_position_embeddings", None), offset, name=encoder)

@@ -19,7 +19,7 @@ done
 # One closing line for the whole suite, summed over the files' pytest summaries.
 count() { grep -Eo "[0-9]+ $1" "$log" | awk '{s += $1} END {print s + 0}'; }
 passed=$(count passed)
-echo "total: $passed passed, $(count failed) failed, $(count skipped) skipped"
+echo "total: $passed passed, $(count failed) failed, $(count skipped) skipped, $(count xfailed) xfailed"
 rm -f "$log"
 [ "$passed" -gt 0 ] || status=1
 exit $status

@@ -106,15 +106,11 @@ def test_eval_people_in_train_changes_only_the_training_text(world):
 
 def test_committed_encoder_covers_the_demo_world():
     """The pretrained demo encoder loads as a reranker encoder and has a token for every name and town."""
-    from transformers import AutoTokenizer
-
     from demo.world import world_from_config
-    from reranking.model import CrossEncoder
+    from reranking.export import load_reranker
 
-    enc_dir = LM_DIR.parent / "encoder"
-    tok = AutoTokenizer.from_pretrained(enc_dir)
-    model = CrossEncoder(str(enc_dir), pretrained=True)
-    assert model.config.vocab_size == len(tok)
+    model, tok, fmt = load_reranker(LM_DIR.parent / "encoder")
+    assert model.config.vocab_size == len(tok) and fmt.max_length == 96
     w = world_from_config(LM_DIR.parents[2] / "configs" / "demo" / "world.yaml")
     words = {x for t, _ in w.corpus for x in t.split()}
     ids = tok(" ".join(sorted(words)), add_special_tokens=False)["input_ids"]

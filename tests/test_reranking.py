@@ -248,3 +248,24 @@ def test_pretrained_encoder_starts_in_train_mode(tiny_roberta_dir):
 
     model = CrossEncoder(str(tiny_roberta_dir), pretrained=True)
     assert all(m.training for m in model.modules())
+
+
+def test_init_from_an_export_starts_from_its_weights(tiny_roberta_dir, tmp_path):
+    """--model.init_from loads encoder and head of a reranker export (the demo's pretrained start)."""
+    from ralm.tiny import make_roberta
+    from reranking.export import export_model
+    from reranking.system import RerankerSystem
+
+    first = RerankerSystem(str(tiny_roberta_dir), pretrained=True, max_length=64, max_prefix_tokens=24)
+    torch.nn.init.normal_(first.model.head.weight, std=1.0)
+    export_model(first.model, first.tokenizer, first.fmt, str(tiny_roberta_dir), tmp_path / "start")
+    second = RerankerSystem(str(tmp_path / "start"), pretrained=False, max_length=64, max_prefix_tokens=24,
+                            init_from=str(tmp_path / "start"))
+    a, b = first.model.state_dict(), second.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert all(m.training for m in second.model.modules())
+    other = tmp_path / "other"
+    make_roberta(other, first.tokenizer, num_hidden_layers=1, hidden_size=16, num_attention_heads=2)
+    with pytest.raises(ValueError, match="does not fit"):
+        RerankerSystem(str(other), pretrained=False, max_length=64, max_prefix_tokens=24,
+                       init_from=str(tmp_path / "start"))
