@@ -57,13 +57,8 @@ def word_tokenizer(texts: list[str], out_dir: Path):
     return tok
 
 
-def pretraining_pairs(world, n: int, rng: random.Random, text_chars: int = 1_500_000):
-    """``n`` (prefix, name) pairs: a cut of the training text and the person it named last."""
-    from demo.world import mentions
-
-    people = [p.name for p in world.people]
-    text = world.train_text[:text_chars]
-    ms = mentions(text, people)
+def pretraining_pairs(text: str, ms: list[tuple[int, str]], n: int, rng: random.Random):
+    """``n`` (prefix, name) pairs: a cut of ``text`` and the person it named last (``ms``: its mentions)."""
     out = []
     while len(out) < n:
         i = rng.randrange(len(ms) - 1)
@@ -101,6 +96,8 @@ def pretrain(model_dir: Path, world, stages: list[tuple[int, bool]], batch_size:
     import torch
     from transformers import AutoTokenizer
 
+    from demo.world import mentions
+    from reranking.export import export_model
     from reranking.inputs import InputFormat, encode_pairs
     from reranking.model import CrossEncoder
 
@@ -111,15 +108,18 @@ def pretrain(model_dir: Path, world, stages: list[tuple[int, bool]], batch_size:
     fmt = InputFormat(max_length, max_prefix_tokens)
     contents = {t: f"{t}\n{body}" for t, body in world.corpus}
     people = [p.name for p in world.people]
-    towns = [t for t in contents if t not in set(people)]
+    names = set(people)
+    towns = [t for t in contents if t not in names]  # the titles that are nobody's name
     by_first: dict[str, list[str]] = {}
     by_sur: dict[str, list[str]] = {}
     for p in world.people:
         by_first.setdefault(p.first, []).append(p.name)
         by_sur.setdefault(p.surname, []).append(p.name)
+    text = world.train_text[:1_500_000]
+    ms = mentions(text, people)  # found once, shared by the stages
     t0 = time.time()
     for stage, (steps, hard) in enumerate(stages, 1):
-        pairs = pretraining_pairs(world, steps * batch_size, rng)
+        pairs = pretraining_pairs(text, ms, steps * batch_size, rng)
         opt = torch.optim.AdamW(model.parameters(), lr=lr if stage == 1 else lr / 2, weight_decay=0.01)
         warm = max(1, steps // 20)
         sch = torch.optim.lr_scheduler.LambdaLR(
@@ -149,9 +149,7 @@ def pretrain(model_dir: Path, world, stages: list[tuple[int, bool]], batch_size:
                 log(f"[encoder] stage {stage} ({'hard' if hard else 'random'} negatives) step {step + 1}/{steps} "
                     f"loss {loss.item():.3f} top-1 {hits / n:.2f} ({time.time() - t0:.0f}s)")
                 hits = n = 0
-    from reranking.export import export_model
-
-    export_model(model, tok, fmt, "demo/assets/encoder", model_dir)  # encoder + head: fit starts from both
+    export_model(model, tok, fmt, str(model_dir), model_dir)  # encoder + head: fit starts from both
 
 
 def main(argv: list[str] | None = None) -> None:

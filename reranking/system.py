@@ -95,7 +95,6 @@ class RerankerSystem(pl.LightningModule):
             except RuntimeError as e:
                 raise ValueError(f"RerankerSystem: init_from={init_from!r} does not fit encoder={encoder!r} "
                                  f"(use the export's own directory as --model.encoder): {e}") from None
-            self.model.train()
         cfg = self.model.config
         offset = 2 if cfg.model_type in ("roberta", "xlm-roberta", "camembert") else 0
         self.fmt.check_encoder(getattr(cfg, "max_position_embeddings", None), offset, name=encoder)
