@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -91,20 +92,26 @@ def negatives(name: str, tail: str, hard: bool, k: int, rng: random.Random, peop
 
 
 def pretrain(model_dir: Path, world, stages: list[tuple[int, bool]], batch_size: int = 16, k: int = 8,
-             max_length: int = 64, max_prefix_tokens: int = 24, lr: float = 1e-3, seed: int = 0, log=print):
-    """Contrastive pretraining of the encoder in ``model_dir``, saved back there as a reranker export."""
+             max_length: int = 64, max_prefix_tokens: int = 24, lr: float = 1e-3, seed: int = 0,
+             init_from: str | Path | None = None, log=print):
+    """Contrastive pretraining of the encoder in ``model_dir``, saved back there as a reranker export.
+
+    ``stages``: ``(updates, hard)`` per stage; the first stage runs at ``lr``, later ones at ``lr / 2``, and a
+    stage of 0 updates is skipped. ``init_from``: a reranker export (encoder and head) to continue from
+    instead of the fresh encoder in ``model_dir``.
+    """
     import torch
     from transformers import AutoTokenizer
 
     from demo.world import mentions
-    from reranking.export import export_model
+    from reranking.export import export_model, load_reranker
     from reranking.inputs import InputFormat, encode_pairs
     from reranking.model import CrossEncoder
 
     torch.manual_seed(seed)
     rng = random.Random(seed + 1)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = CrossEncoder(str(model_dir), pretrained=True)
+    model = load_reranker(init_from)[0] if init_from else CrossEncoder(str(model_dir), pretrained=True)
     fmt = InputFormat(max_length, max_prefix_tokens)
     contents = {t: f"{t}\n{body}" for t, body in world.corpus}
     people = [p.name for p in world.people]
@@ -119,11 +126,13 @@ def pretrain(model_dir: Path, world, stages: list[tuple[int, bool]], batch_size:
     ms = mentions(text, people)  # found once, shared by the stages
     t0 = time.time()
     for stage, (steps, hard) in enumerate(stages, 1):
+        if not steps:
+            continue
         pairs = pretraining_pairs(text, ms, steps * batch_size, rng)
         opt = torch.optim.AdamW(model.parameters(), lr=lr if stage == 1 else lr / 2, weight_decay=0.01)
         warm = max(1, steps // 20)
         sch = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / (steps - warm))))
+            opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm))))
         model.train()
         hits = n = 0
         for step in range(steps):
@@ -163,7 +172,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-prefix-tokens", type=int, default=48, help="prefix tail (match configs/demo/fit.yaml)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init-from", help="a reranker export to continue pretraining (its tokenizer and shape are "
+                                        "kept; --layers/--hidden/--heads are ignored)")
     ap.add_argument("--threads", type=int, default=1, help="1 is fastest for this small model on CPU")
     a = ap.parse_args(argv)
 
@@ -176,11 +188,15 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.time()
     out = Path(a.out)
     world = world_from_config(a.world_config)
-    tok = word_tokenizer([corpus_wikitext(world.corpus), world.train_text], out)
-    make_roberta(out, tok, num_hidden_layers=a.layers, hidden_size=a.hidden, num_attention_heads=4, seed=a.seed,
-                 hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    if a.init_from:
+        if Path(a.init_from).resolve() != out.resolve():
+            shutil.copytree(a.init_from, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("pretrain_args.json"))
+    else:
+        tok = word_tokenizer([corpus_wikitext(world.corpus), world.train_text], out)
+        make_roberta(out, tok, num_hidden_layers=a.layers, hidden_size=a.hidden, num_attention_heads=a.heads,
+                     seed=a.seed, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     pretrain(out, world, [(a.random_steps, False), (a.hard_steps, True)], max_length=a.max_length,
-             max_prefix_tokens=a.max_prefix_tokens, lr=a.lr, seed=a.seed)
+             max_prefix_tokens=a.max_prefix_tokens, lr=a.lr, seed=a.seed, init_from=a.init_from)
     (out / "pretrain_args.json").write_text(json.dumps(vars(a) | {"seconds": round(time.time() - t0)}, indent=1))
     print(f"saved to {out} ({time.time() - t0:.0f}s)")
 
