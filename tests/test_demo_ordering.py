@@ -69,7 +69,5 @@ def test_predictive_beats_no_retrieval(ppl):
     assert ppl["predictive"] < ppl["none"], _table(ppl)
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue #5): the demo's predictive reranker is still worse than "
-                                       "BM25's first hit; remove this mark when it is not")
 def test_predictive_beats_bm25(ppl):
     assert ppl["predictive"] < ppl["bm25"], _table(ppl)
