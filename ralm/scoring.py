@@ -42,21 +42,11 @@ def autocast_for(device: torch.device, dtype: str = "auto"):
     return torch.autocast(device_type=device.type, dtype=torch_dtype)
 
 
-def load_causal_lm(name_or_path: str, device: str | None = None):
-    """A causal LM and its tokenizer by hub name or local directory, in eval mode, SDPA attention."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_causal_lm(spec: str, device: str | None = None, role: str = "--model"):
+    """A frozen causal LM and its tokenizer (any spec :func:`ralm.models.resolve` takes), checked first."""
+    from ralm.models import load_causal_lm as load
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, attn_implementation="sdpa")
-    except (OSError, ValueError) as e:
-        raise ValueError(
-            f"could not load the causal LM {name_or_path!r}: {e}\n"
-            "Pass a Hugging Face hub name (needs the network or a warm HF cache) or a local directory "
-            "written by save_pretrained (config.json, weights and tokenizer files)."
-        ) from e
-    model.eval().requires_grad_(False)
-    return model.to(resolve_device(device)), tokenizer
+    return load(spec, device, role)
 
 
 def context_length(model) -> int:

