@@ -1,0 +1,109 @@
+"""Every entry point's command line, generated from its typed signature with jsonargparse.
+
+``run(fn, argv, prog)`` gives each CLI the same behaviour: ``--config file.yaml`` (keys = the
+signature's parameters; settings groups nest: ``windows: {stride: 4}``), flags after it override
+it, ``--print_config`` prints the resolved settings, ``--help`` shows every default, and a bad
+input (an unknown YAML key, a wrong type, a setting that cannot work, a missing file) is one line on
+stderr naming the input and the fix, with exit status 2 and no traceback. Keep heavy imports out of
+the modules that define the signatures: ``--help`` imports only them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import sys
+from typing import Any, Callable
+
+from ralm.settings import InputError
+
+USER_ERRORS: tuple[type[BaseException], ...] = (InputError, FileNotFoundError, NotADirectoryError,
+                                                IsADirectoryError, PermissionError)
+
+
+def _one_line(msg: str) -> str:
+    return " ".join(str(msg).split())
+
+
+def error(prog: str, msg: Any) -> int:
+    """Print ``prog: error: msg`` as one line on stderr; return the exit status 2."""
+    print(f"{prog}: error: {_one_line(msg)}", file=sys.stderr, flush=True)
+    return 2
+
+
+def make_parser(fn: Callable, prog: str, description: str | None = None, varargs: str | None = None):
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    doc = description if description is not None else (inspect.getdoc(sys.modules[fn.__module__]) or "")
+    parser = ArgumentParser(prog=prog, description=doc, exit_on_error=False, default_env=False, allow_abbrev=False)
+    parser.add_argument("--config", action=ActionConfigFile,
+                        help="YAML file with any of the settings below; flags after it override it.")
+    if varargs:  # one list-of-strings parameter given as positional words: ``cmd A B C``
+        parser.add_argument(varargs, nargs="+", type=str, metavar=varargs.upper().rstrip("S"))
+    parser.add_function_arguments(fn, as_positional=False, fail_untyped=True, skip={varargs} if varargs else None)
+    return parser
+
+
+def parse(fn: Callable, argv: list[str] | None, prog: str, description: str | None = None,
+          varargs: str | None = None) -> dict:
+    """The instantiated keyword arguments of ``fn`` from ``argv`` (raises :class:`InputError`)."""
+    from jsonargparse import ArgumentError
+
+    parser = make_parser(fn, prog, description, varargs)
+    try:
+        cfg = parser.parse_args(argv)
+        init = (parser.instantiate if hasattr(parser, "instantiate") else parser.instantiate_classes)(cfg)
+    except ArgumentError as e:
+        raise InputError(f"{_one_line(e)} (see {prog} --help)") from None
+    return {k: v for k, v in init.items() if k != "config"}
+
+
+def run(fn: Callable, argv: list[str] | None, prog: str, description: str | None = None,
+        after: Callable[[Any, dict], Any] | None = None, varargs: str | None = None) -> int:
+    """Parse ``argv`` into ``fn``'s arguments and call it (then ``after(result, kwargs)``, e.g. to print a
+    table); input errors become one line and exit 2."""
+    try:
+        kwargs = parse(fn, argv, prog, description, varargs)
+        out = fn(**kwargs)
+        if after is not None:
+            out = after(out, kwargs)
+    except USER_ERRORS as e:
+        return error(prog, e)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; rerun the same command to continue", file=sys.stderr)
+        return 130
+    return out if isinstance(out, int) else 0
+
+
+def quiet_libraries(verbose: bool = False) -> None:
+    """Library chatter that is not the user's concern off (``verbose`` keeps it): Lightning's tips
+    and duplicated INFO lines, transformers' and datasets' progress/warnings, Python warnings."""
+    if verbose:
+        return
+    import warnings
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
+    warnings.filterwarnings("ignore", message=".*Couldn't infer the batch indices.*")
+    warnings.filterwarnings("ignore", message=".*predict_dataloader.*does not have many workers.*")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def quiet_lightning(verbose: bool = False) -> None:
+    """Lightning's INFO lines (devices found, tips) off; call after importing ``lightning.pytorch``,
+    whose import sets its loggers to INFO."""
+    if verbose:
+        return
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -1,0 +1,43 @@
+"""Writing files so that nothing half-written ever sits under a final name.
+
+Every output is written to a temporary name in its final folder, fsynced and moved in place with
+``os.replace`` (atomic on POSIX): a SIGKILL leaves the previous state, and a full disk or a
+read-only directory is one :class:`~ralm.settings.InputError` naming the file, never a truncated one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from ralm.settings import InputError
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)`` then fsync and rename to ``path`` (its folder is created)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"could not write {path}: {e.strerror or e}. Free some space or fix the permissions, then "
+                         "rerun the same command: finished work is kept") from None
+
+
+def check_writable(directory: str | Path, flag: str) -> None:
+    """Fail before any heavy work if ``directory`` cannot be created or written (``flag`` names the setting)."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as e:
+        raise InputError(f"{flag} {str(d)!r} is not writable ({e.strerror or e}); pass a directory you can "
+                         "write to") from None

@@ -1,0 +1,191 @@
+"""Settings every entry point shares, each default written once (the paper's values, DESIGN §1).
+
+Small frozen dataclasses that check themselves. Every CLI is generated from typed signatures that
+take these groups (:mod:`ralm.cli`), so a concept has one flag name and one YAML key everywhere
+(``--windows.stride``, ``windows: {stride: 4}``) and a bad value gets the same message from every
+entry point. Importing this module is cheap (no torch), which keeps ``--help`` fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+class InputError(ValueError):
+    """A problem with the user's input. The message names the input and the fix; CLIs print it as one
+    line and exit with status 2."""
+
+
+class SettingsError(InputError):
+    """A setting (or a combination of settings) that cannot work."""
+
+
+def _fail(problems: list[str], group: str) -> None:
+    if problems:
+        raise SettingsError(f"invalid {group} settings: " + "; ".join(problems))
+
+
+def _positive(obj, group: str, names: tuple[str, ...]) -> list[str]:
+    return [f"--{group}.{n} must be >= 1 (got {getattr(obj, n)})" for n in names if getattr(obj, n) < 1]
+
+
+@dataclass(frozen=True)
+class Windows:
+    """How the frozen LM reads text: strided windows whose first positions hold the document (DESIGN §2).
+
+    Args:
+        stride: s: retrieval happens every s tokens; in data generation, the target tokens per example.
+        max_length: L: tokens per LM window (clipped to the model's context).
+        doc_max_tokens: Document budget: a passage is cut to this many LM tokens.
+        zero_shot_tokens: s': zero-shot ranking scores a candidate by the NLL of this many prefix tokens.
+    """
+
+    stride: int = 4
+    max_length: int = 1024
+    doc_max_tokens: int = 256
+    zero_shot_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        p = _positive(self, "windows", ("stride", "doc_max_tokens", "zero_shot_tokens"))
+        if self.max_length < 2:
+            p.append(f"--windows.max_length must be >= 2 (got {self.max_length})")
+        if not p:
+            p += self._fit_problems(self.max_length, "--windows.max_length")
+        _fail(p, "windows")
+
+    def _fit_problems(self, length: int, what: str) -> list[str]:
+        if self.stride > length:
+            return [f"--windows.stride ({self.stride}) exceeds the window L = {what} ({length}): tokens would go "
+                    "unscored; lower --windows.stride"]
+        if self.doc_max_tokens >= length - self.stride:
+            return [f"--windows.doc_max_tokens ({self.doc_max_tokens}) must be < L - s = {what} - --windows.stride "
+                    f"({length} - {self.stride}): a document may not overwrite the target tokens; lower "
+                    "--windows.doc_max_tokens or raise --windows.max_length"]
+        return []
+
+    def fitted(self, context: int) -> int:
+        """L for a model whose context is ``context`` (``min(L, context)``, as the reference), re-checked."""
+        length = min(self.max_length, context)
+        what = "--windows.max_length" if length == self.max_length else f"the model's context ({context})"
+        _fail(self._fit_problems(length, what), "windows")
+        return length
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """BM25 candidates from Pyserini (Lucene): a prebuilt index or one built by ``python -m ralm.corpus``.
+
+    Args:
+        index: Lucene index directory (``python -m ralm.corpus --out DIR`` makes DIR/index) or a Pyserini
+            prebuilt index name such as wikipedia-dpr-100w (downloaded on first use).
+        k: Candidates per query.
+        query_tokens: l: the query is the decoded last l LM tokens before the targets (only the past).
+        k1: BM25 k1.
+        b: BM25 b.
+        forbid_eval_titles: Never retrieve passages titled like an article (`` = Title = `` heading) of the
+            evaluated text (DESIGN §4).
+    """
+
+    index: str | None = "wikipedia-dpr-100w"
+    k: int = 16
+    query_tokens: int = 32
+    k1: float = 0.9
+    b: float = 0.4
+    forbid_eval_titles: bool = True
+
+    def __post_init__(self) -> None:
+        p = _positive(self, "retrieval", ("k", "query_tokens"))
+        if not self.k1 > 0 or not 0 <= self.b <= 1:
+            p.append(f"BM25 needs --retrieval.k1 > 0 and 0 <= --retrieval.b <= 1 (got k1={self.k1}, b={self.b})")
+        _fail(p, "retrieval")
+
+    def check_windows(self, windows: Windows, length: int | None = None) -> None:
+        """The query comes from the prefix the LM reads: ℓ <= L - s."""
+        length = windows.max_length if length is None else length
+        if self.query_tokens > length - windows.stride:
+            _fail([f"--retrieval.query_tokens ({self.query_tokens}) must be <= L - s ({length} - {windows.stride}): "
+                   "the query is taken from the prefix the LM reads; lower --retrieval.query_tokens"], "retrieval")
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How the frozen LM's forward passes run (which devices: the ``trainer`` group).
+
+    Args:
+        batch_size: Rows ([document ; window]) per LM forward.
+        dtype: auto (bf16 autocast on CUDA, float32 elsewhere), float32, bfloat16 or float16.
+    """
+
+    batch_size: int = 16
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        p = _positive(self, "scoring", ("batch_size",))
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            p.append(f"--scoring.dtype must be auto, float32, bfloat16 or float16 (got {self.dtype!r})")
+        _fail(p, "scoring")
+
+
+@dataclass(frozen=True)
+class Text:
+    """A text to read: a local file (read as is) or a Hugging Face dataset split (rows joined as the raw file).
+
+    Args:
+        file: A local text file in raw WikiText layout (overrides dataset).
+        dataset: Hugging Face dataset (null: none).
+        name: Its configuration (wikitext-103-v1 is the <unk> version the paper's numbers use).
+        split: Its split.
+    """
+
+    file: str | None = None
+    dataset: str | None = "wikitext"
+    name: str | None = "wikitext-103-v1"
+    split: str = "test"
+
+    @property
+    def given(self) -> bool:
+        return bool(self.file) or bool(self.dataset and self.dataset.lower() not in ("none", "null"))
+
+    def describe(self) -> str:
+        return self.file if self.file else f"{self.dataset}/{self.name}/{self.split}"
+
+    def load(self) -> str:
+        from ralm.text import load_text
+
+        return load_text(self.dataset, self.name, self.split, self.file)
+
+
+#: The paper's evaluation text (WikiText-103 test, <unk> version) and its training text (raw train).
+WIKITEXT103_TEST = Text()
+WIKITEXT103_TRAIN = Text(name="wikitext-103-raw-v1", split="train")
+
+
+@dataclass(frozen=True)
+class Devices:
+    """Lightning Trainer flags of a prediction run: one device, N devices and several nodes are the same
+    command with these changed.
+
+    Args:
+        accelerator: cpu, gpu, cuda or auto.
+        devices: Number of devices per node, a list, or auto.
+        num_nodes: Number of nodes.
+        strategy: auto, ddp, ddp_spawn, ...
+    """
+
+    accelerator: str = "auto"
+    devices: int | str = "auto"
+    num_nodes: int = 1
+    strategy: str = "auto"
+
+    def kwargs(self) -> dict:
+        devices = self.devices
+        if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
+            devices = int(devices)
+        return {"accelerator": self.accelerator, "devices": devices, "num_nodes": self.num_nodes,
+                "strategy": self.strategy}
+
+
+def as_dict(obj) -> dict:
+    """A settings object (or nested ones) as plain data for JSON files."""
+    return dataclasses.asdict(obj)
