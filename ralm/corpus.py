@@ -11,12 +11,11 @@ it works whether or not a JVM (with whatever heap) is already running here, Anse
 may call ``System.exit`` (which would kill Python), a failure shows up as an exit status, Ctrl-C
 stops it cleanly, and subprocess (fork + immediate exec) is safe even after our JVM started.
 
-CLI: ``python -m ralm.corpus --help``.
+CLI: ``python -m ralm.corpus --text.file corpus.txt --out DIR`` (``--help`` lists every setting).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -25,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Iterable, Iterator
+
+from ralm.settings import WIKITEXT103_TRAIN, InputError, Text
 
 __all__ = [
     "iter_articles",
@@ -232,43 +233,53 @@ def read_lines(path: str | Path) -> Iterator[str]:
         yield from f
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m ralm.corpus",
-        description="Chunk a WikiText-shaped text (` = Title = ` headings) into titled, non-overlapping "
-        "N-word passages, write them as Pyserini JsonCollection JSONL and build a Lucene BM25 index "
-        "(OUT/jsonl and OUT/index). Use the index with ralm.retrieval.BM25Retriever(OUT/index).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--text-file", type=Path, help="local text file in raw WikiText layout (instead of a HF dataset)")
-    src.add_argument("--dataset", default="wikitext", help="Hugging Face dataset path for load_dataset")
-    p.add_argument("--name", default="wikitext-103-raw-v1", help="dataset config name ('' for none)")
-    p.add_argument("--split", default="train", help="dataset split")
-    p.add_argument("--out", type=Path, required=True, help="output folder (gets jsonl/ and index/)")
-    p.add_argument("--words", type=int, default=100, help="words per passage")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="indexing threads (JSONL shards = threads)")
-    p.add_argument("--max-passages", type=int, default=None, help="stop after this many passages (for demos)")
-    p.add_argument("--max-heap", default=None, help="JVM -Xmx for the indexer, e.g. 4g (default: Java's, 1/4 of RAM)")
-    p.add_argument("--optimize", action="store_true", help="merge the index into one segment")
-    p.add_argument("--jsonl-only", action="store_true", help="write the JSONL passages but do not index them")
-    args = p.parse_args(argv)
+def corpus(out: str, text: Text = WIKITEXT103_TRAIN, words: int = 100, threads: int | None = None,
+           max_passages: int | None = None, max_heap: str | None = None, optimize: bool = False,
+           jsonl_only: bool = False, verbose: bool = False) -> str:
+    """Chunk a WikiText-shaped text into titled, non-overlapping passages and build a Lucene BM25 index.
 
-    lines = read_lines(args.text_file) if args.text_file else load_hf_lines(args.dataset, args.name or None, args.split)
+    Writes OUT/jsonl (Pyserini JsonCollection) and OUT/index (pass it as --retrieval.index).
+
+    Args:
+        out: Output folder (gets jsonl/ and index/).
+        text: The text to index: raw WikiText layout (`` = Title = `` headings); WikiText-103 train by default.
+        words: Words per passage.
+        threads: Indexing threads (JSONL shards = threads; default: all cores).
+        max_passages: Stop after this many passages (for demos).
+        max_heap: JVM -Xmx for the indexer, e.g. 4g (default: Java's, 1/4 of RAM).
+        optimize: Merge the index into one segment.
+        jsonl_only: Write the JSONL passages but do not index them.
+        verbose: Show the indexer's Java logging.
+    """
+    if words < 1:
+        raise InputError(f"--words must be >= 1 (got {words})")
+    threads = threads or os.cpu_count() or 1
+    if text.file and not Path(text.file).is_file():
+        raise InputError(f"--text.file {text.file!r} is not a readable file")
+    lines = read_lines(text.file) if text.file else load_hf_lines(text.dataset, text.name, text.split)
     t0 = time.perf_counter()
-    jsonl_dir = args.out / "jsonl"
-    n = write_passages(iter_articles(lines), jsonl_dir, shards=args.threads, words=args.words,
-                       max_passages=args.max_passages)
+    jsonl_dir = Path(out) / "jsonl"
+    try:
+        n = write_passages(iter_articles(lines), jsonl_dir, shards=threads, words=words, max_passages=max_passages)
+    except OSError as e:
+        raise InputError(f"--out {out!r}: cannot write the passages ({e.strerror or e})") from None
+    if n == 0:
+        raise InputError(f"--text ({text.describe()}) holds no words: nothing to index")
     t1 = time.perf_counter()
-    print(f"wrote {n:,} passages to {jsonl_dir} in {t1 - t0:.1f}s", file=sys.stderr)
-    if args.jsonl_only:
-        return 0
-    index_dir = build_index(jsonl_dir, args.out / "index", threads=args.threads, max_heap=args.max_heap,
-                            optimize=args.optimize, quiet=False)
+    msg = f"wrote {n:,} passages to {jsonl_dir} in {t1 - t0:.1f}s"
+    if jsonl_only:
+        return msg
+    index_dir = build_index(jsonl_dir, Path(out) / "index", threads=threads, max_heap=max_heap, optimize=optimize,
+                            quiet=not verbose)
     t2 = time.perf_counter()
-    print(f"indexed {n:,} passages into {index_dir} in {t2 - t1:.1f}s ({n / max(t2 - t1, 1e-9):,.0f} passages/s)",
-          file=sys.stderr)
-    return 0
+    return msg + f"; indexed them into {index_dir} in {t2 - t1:.1f}s ({n / max(t2 - t1, 1e-9):,.0f} passages/s)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ralm.cli import run
+
+    return run(corpus, argv, "python -m ralm.corpus", description=__doc__,
+               after=lambda msg, kw: print(msg, file=sys.stderr) or 0)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,30 @@ def _segments_digest(index_dir: Path) -> str:
     return hashlib.sha256(segs[-1].read_bytes()).hexdigest()[:16]
 
 
+def check_index(index: str | None, flag: str = "--retrieval.index") -> None:
+    """Fail fast, without the JVM, on an index that is neither a Lucene index directory nor a plausible
+    Pyserini prebuilt name."""
+    from ralm.settings import InputError
+
+    if not index:
+        raise InputError(f"{flag} is required: a Lucene index directory (python -m ralm.corpus) or a Pyserini "
+                         "prebuilt index name")
+    p = Path(index).expanduser()
+    if (p.exists() or "/" in index or index.startswith(".")) and not (p.is_dir() and any(p.glob("segments_*"))):
+        raise InputError(f"{flag} {index!r} is not a Lucene index directory (no segments_* file). Build one with "
+                         "`python -m ralm.corpus --text.file TEXT --out DIR` and pass DIR/index, or pass a Pyserini "
+                         "prebuilt index name such as 'wikipedia-dpr-100w'")
+
+
+def index_identity(index: str) -> str:
+    """What a search's results depend on in the index, computed without the JVM: a local index's path
+    and the hash of its newest ``segments_N`` file (changes whenever it is rebuilt), or a prebuilt name."""
+    path = Path(str(index)).expanduser()
+    if path.is_dir():
+        return f"dir:{path.resolve()}:{_segments_digest(path)}"
+    return f"prebuilt:{index}"
+
+
 class BM25Retriever:
     """Pyserini ``LuceneSearcher`` with BM25(k1, b) set explicitly, over a local index or a prebuilt one.
 
@@ -104,47 +128,46 @@ class BM25Retriever:
         from ralm.java import start_jvm
 
         start_jvm()
-        from pyserini.prebuilt_index_info import TF_INDEX_INFO
-        from pyserini.search.lucene import LuceneSearcher
+        from jnius import autoclass
 
         self.index = str(index)
         self.k1 = float(k1)
         self.b = float(b)
         self.threads = int(threads or os.cpu_count() or 1)
         path = Path(self.index).expanduser()
-        if path.is_dir():
-            if not any(path.glob("segments_*")):
+        if not path.is_dir():
+            # Pyserini's own (slow to import) code only to download a prebuilt index once.
+            from pyserini.prebuilt_index_info import TF_INDEX_INFO
+
+            if self.index not in TF_INDEX_INFO:
                 raise ValueError(
-                    f"{self.index!r} is a directory but not a Lucene index (no segments_* file). "
-                    "Build one with: python -m ralm.corpus --out DIR, then pass DIR/index."
-                )
-            self._searcher = LuceneSearcher(str(path))
-            self._ident = f"dir:{path.resolve()}:{_segments_digest(path)}"
-        elif self.index in TF_INDEX_INFO:
-            searcher = LuceneSearcher.from_prebuilt_index(self.index)
-            if searcher is None:
-                raise ValueError(
-                    f"Could not load the Pyserini prebuilt index {self.index!r} (download failed; see the "
-                    "message above). Check the network, or pass a local index directory instead."
-                )
-            self._searcher = searcher
-            self._ident = f"prebuilt:{self.index}"
-        else:
-            raise ValueError(
-                f"{self.index!r} is neither an existing index directory nor a known Pyserini prebuilt Lucene "
-                "index name. Fix: pass a directory built with `python -m ralm.corpus --out DIR` (DIR/index) or "
-                "a prebuilt name such as 'wikipedia-dpr-100w'."
-            )
+                    f"{self.index!r} is neither an existing index directory nor a known Pyserini prebuilt Lucene "
+                    "index name. Fix: pass a directory built with `python -m ralm.corpus --out DIR` (DIR/index) or "
+                    "a prebuilt name such as 'wikipedia-dpr-100w'.")
+            from pyserini.util import download_prebuilt_index
+
+            try:
+                path = Path(download_prebuilt_index(self.index, verbose=False))
+            except Exception as e:  # noqa: BLE001 - network and archive errors alike
+                raise ValueError(f"could not download the Pyserini prebuilt index {self.index!r} ({e}). Check the "
+                                 "network, or pass a local index directory instead.") from None
+        if not any(path.glob("segments_*")):
+            raise ValueError(f"{self.index!r} is a directory but not a Lucene index (no segments_* file). "
+                             "Build one with: python -m ralm.corpus --out DIR, then pass DIR/index.")
+        # Anserini's searcher directly (what Pyserini's LuceneSearcher wraps): same hits, no torch import.
+        self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(path))
+        self._ident = index_identity(self.index)
         self._searcher.set_bm25(self.k1, self.b)
-        self.num_docs: int = int(self._searcher.num_docs)
+        self.num_docs: int = int(self._searcher.get_total_num_docs())
         if self.num_docs == 0:
             raise ValueError(f"index {self.index!r} contains no documents")
         doc = self._searcher.doc(0)  # Lucene-internal id 0
-        if doc is None or doc.raw() is None:
+        if doc is None or doc.get("raw") is None:
             raise ValueError(
                 f"index {self.index!r} stores no raw documents, so passages cannot be read back. "
                 "Rebuild it with Anserini's -storeRaw (python -m ralm.corpus does this)."
             )
+        self._jlist = autoclass("java.util.ArrayList")
 
     def fingerprint(self) -> str:
         """Identifies what the results depend on: index contents (path + segments hash, or prebuilt
@@ -191,11 +214,14 @@ class BM25Retriever:
         todo = [i for i, q in enumerate(queries) if q and q.strip()]
         depth = min(max(100, 4 * k) if filtering else k, self.num_docs)
         while todo:
-            res = self._searcher.batch_search([queries[i] for i in todo], [str(i) for i in todo], k=depth,
-                                              threads=self.threads)
+            jq, jid = self._jlist(), self._jlist()
+            for i in todo:
+                jq.add(queries[i])
+                jid.add(str(i))
+            res = self._searcher.batch_search(jq, jid, depth, self.threads)
             again = []
             for i in todo:
-                hits = res.get(str(i), [])
+                hits = res.get(str(i)) or []
                 kept: list[Passage] = []
                 for hit in hits:
                     p = self._passage(hit)

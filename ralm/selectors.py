@@ -50,6 +50,10 @@ class Selector(abc.ABC):
     def needs_lm_scores(self) -> bool:
         return self.lm_ranking is not None
 
+    def to(self, device) -> "Selector":
+        """Move the selector's own model (if any) to ``device``; the evaluation calls this once."""
+        return self
+
     @abc.abstractmethod
     def select(self, batch: StrideBatch, lm_nll: torch.Tensor | None = None) -> list[int]:
         """One index into ``batch.candidates[i]`` per stride, or -1.
@@ -133,6 +137,11 @@ class ZeroShotOtherLM(Selector):
         self.docs = DocumentEncoder(tokenizer, doc_max_tokens)
         self.rank_tokens = rank_tokens
         self.max_length = max_length
+
+    def to(self, device):
+        self.scorer.model.to(device)
+        self.scorer.device = next(self.scorer.model.parameters()).device
+        return self
 
     def select(self, batch, lm_nll=None):
         picks = [-1] * len(batch.stride_ids)

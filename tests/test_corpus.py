@@ -60,4 +60,4 @@ def test_passages_are_titled_100_words(tmp_path, wiki_text):
 
 def test_cli_help():
     out = subprocess.run([sys.executable, "-m", "ralm.corpus", "--help"], capture_output=True, text=True, check=True)
-    assert "--text-file" in out.stdout and "--threads" in out.stdout
+    assert "--text.file" in out.stdout and "--threads" in out.stdout
