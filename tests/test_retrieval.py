@@ -154,3 +154,29 @@ def test_index_without_raw_raises(tmp_path):
                     "-threads", "1", "-quiet"], check=True, capture_output=True)
     with pytest.raises(ValueError, match="-storeRaw"):
         BM25Retriever(str(tmp_path / "idx"))
+
+
+def test_search_process_equals_in_process_search_and_survives_a_kill(retriever, bm25_corpus, queries):
+    """The child-process searcher returns what the in-process one does, pipelines submitted batches,
+    and a SIGKILLed child is restarted with the pending batch retried."""
+    import os
+    import signal
+
+    from ralm.search_process import SearchProcess
+
+    excl = [None, "Article 3"] * (len(queries) // 2) + [None] * (len(queries) % 2)
+    expected = retriever.search(queries, 5, exclude_titles=excl)
+
+    def same(got):
+        assert [[(p.docid, p.title, p.text) for p in r] for r in got] == \
+            [[(p.docid, p.title, p.text) for p in r] for r in expected]
+        for g, e in zip(got, expected):
+            assert [p.score for p in g] == pytest.approx([p.score for p in e], rel=1e-6)
+
+    with SearchProcess(str(bm25_corpus["index"])) as sp:
+        assert sp.num_docs == bm25_corpus["n_passages"]
+        futures = [sp.submit(queries, 5, exclude_titles=excl) for _ in range(3)]
+        for f in futures:
+            same(f.result(timeout=60))
+        os.kill(sp._proc.pid, signal.SIGKILL)
+        same(sp.submit(queries, 5, exclude_titles=excl).result(timeout=120))
