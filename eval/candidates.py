@@ -1,18 +1,21 @@
-"""Where the evaluation loop's candidates come from: a BM25 index or a reference retrieval file.
+"""Where the evaluation's candidates come from: a BM25 index or a reference retrieval file.
 
-Both give, for every stride, the allowed passages in rank order. Index retrieval runs up front for
-all strides (one ``batch_search`` per block, cached on disk) so the JVM's threads stay busy and the
-scoring loop never waits on Lucene; the result can be saved in the reference's JSON format.
+Both give, for every stride, the allowed passages in rank order, one chunk at a time. Index
+retrieval runs in the search process (:mod:`ralm.search_process`): :meth:`IndexCandidates.prefetch`
+submits the queries of the next chunks while the LM scores the current one, so on a GPU machine
+retrieval overlaps scoring instead of preceding it. Each chunk's results are cached on disk, so a
+resumed run does not search again. Either source can be written as the reference's JSON file.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Sequence
 
-from tqdm.auto import tqdm
-
-from ralm.windows import Window, stride_windows
+from eval.loop import Chunk
+from ralm.settings import InputError, Retrieval
+from ralm.windows import Window
 
 
 def reference_entries_for(windows: Sequence[Window], ids: Sequence[int], tokenizer, queries: Sequence[str],
@@ -24,60 +27,120 @@ def reference_entries_for(windows: Sequence[Window], ids: Sequence[int], tokeniz
             for w, q, p in zip(windows, queries, passages)]
 
 
-def retrieve_all(windows: Sequence[Window], ids: Sequence[int], tokenizer, retriever, *, k: int,
-                 query_tokens: int, forbidden=(), cache=None, block: int = 2048, progress: bool = True):
-    """Queries (last ℓ tokens before each stride's targets) and their k allowed passages."""
-    from ralm.retrieval import query_text
-
-    queries = [query_text(tokenizer, ids, w.target_begin, query_tokens) if w.index > 0 else "" for w in windows]
-    passages: list = []
-    bar = tqdm(total=len(queries), desc="BM25", unit="query", disable=not progress)
-    for start in range(0, len(queries), block):
-        qs = queries[start:start + block]
-        passages += (cache.search(retriever, qs, k, forbidden=forbidden) if cache is not None
-                     else retriever.search(qs, k, forbidden=forbidden))
-        bar.update(len(qs))
-    bar.close()
-    return queries, passages
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
-def make_candidate_fn(cfg, text: str, ids: Sequence[int], tokenizer, max_length: int):
-    """``(windows -> passages)`` for the loop, plus metadata recorded in results.json."""
-    from ralm.retrieval import passages_from_reference, read_reference_json, write_reference_json
+class FileCandidates:
+    """Candidates read from a reference-format retrieval JSON file (checked against the windows)."""
 
-    windows = stride_windows(len(ids), cfg.stride, max_length)
-    if cfg.retrieval_file:
-        entries = read_reference_json(cfg.retrieval_file)
+    def __init__(self, path: str, windows: Sequence[Window], describe_settings: str):
+        from ralm.retrieval import passages_from_reference, read_reference_json
+
+        if not Path(path).is_file():
+            raise InputError(f"--retrieval_file {path!r} does not exist")
+        try:
+            entries = read_reference_json(path)
+        except (ValueError, OSError) as e:
+            raise InputError(f"--retrieval_file {path!r} is not a reference retrieval JSON file: {e}") from None
         if len(entries) != len(windows):
-            raise ValueError(
-                f"--retrieval-file {cfg.retrieval_file} has {len(entries)} strides but the text gives "
-                f"{len(windows)} (stride {cfg.stride}, max length {max_length}): it was made for other "
-                "settings or another text; regenerate it or match --stride/--max-length")
+            raise InputError(f"--retrieval_file {path} has {len(entries)} strides but the text gives {len(windows)} "
+                             f"({describe_settings}): it was made for other settings or another text; regenerate "
+                             "it or match the settings")
         for w, e in zip(windows, entries):
-            if (e["begin_location"], e["end_location"]) != (w.target_begin, w.end):
-                raise ValueError(
-                    f"--retrieval-file stride {w.index}: targets [{e['begin_location']}, {e['end_location']}) "
-                    f"but the text gives [{w.target_begin}, {w.end}); the file was made for other settings")
-        passages = passages_from_reference(entries)
-        meta = {"source": "retrieval_file", "path": str(cfg.retrieval_file)}
-    else:
-        from ralm.corpus import forbidden_titles
-        from ralm.retrieval import BM25Retriever, RetrievalCache
+            if (e.get("begin_location"), e.get("end_location")) != (w.target_begin, w.end):
+                raise InputError(f"--retrieval_file stride {w.index}: targets [{e.get('begin_location')}, "
+                                 f"{e.get('end_location')}) but the text gives [{w.target_begin}, {w.end}); the file "
+                                 "was made for other settings")
+        self.entries = entries
+        self.passages = passages_from_reference(entries)
+        self.meta = {"source": "retrieval_file", "path": str(path), "sha256": file_sha256(path)}
 
-        retriever = BM25Retriever(cfg.index, k1=cfg.k1, b=cfg.b)
-        forbidden = forbidden_titles(text) if cfg.forbidden_titles else set()
-        cache_dir = cfg.cache_dir or str(Path(cfg.output_dir).parent / "retrieval_cache")
-        queries, passages = retrieve_all(windows, ids, tokenizer, retriever, k=cfg.k, query_tokens=cfg.query_tokens,
-                                         forbidden=forbidden, cache=RetrievalCache(cache_dir))
-        meta = {"source": "index", "index": cfg.index, "fingerprint": retriever.fingerprint(), "k1": retriever.k1,
-                "b": retriever.b, "num_docs": retriever.num_docs, "n_forbidden_titles": len(forbidden),
-                "query_tokens": cfg.query_tokens}
-        if cfg.save_retrieval_file:
-            write_reference_json(cfg.save_retrieval_file,
-                                 reference_entries_for(windows, ids, tokenizer, queries, passages))
-            meta["saved_retrieval_file"] = str(cfg.save_retrieval_file)
+    def queries(self, chunk: Chunk) -> list[str]:
+        return [self.entries[w.index].get("query", "") for w in chunk.windows]
 
-    def candidates(run: Sequence[Window]):
-        return [passages[w.index] for w in run]
+    def prefetch(self, chunk: Chunk) -> None:
+        pass
 
-    return candidates, meta
+    def get(self, chunk: Chunk) -> list[list]:
+        return [self.passages[w.index] for w in chunk.windows]
+
+    def close(self) -> None:
+        pass
+
+
+class IndexCandidates:
+    """BM25 candidates from an index through the search process, prefetched and cached per chunk.
+
+    The search process (and its JVM) starts only on the first chunk missing from the cache, so a second
+    reranker evaluated on the same text starts no JVM at all.
+    """
+
+    def __init__(self, retrieval: Retrieval, ids: Sequence[int], tokenizer, forbidden: set[str], cache_dir: str | Path,
+                 verbose: bool = False):
+        from ralm.retrieval import RetrievalCache, index_identity
+
+        self.retrieval, self.ids, self.tokenizer, self.forbidden = retrieval, ids, tokenizer, forbidden
+        self.verbose = verbose
+        self.cache = RetrievalCache(cache_dir)
+        self._search = None
+        self._futures: dict[int, tuple] = {}
+        self._fingerprint = f"lucene|{index_identity(retrieval.index)}|k1={retrieval.k1!r}|b={retrieval.b!r}"
+        self.meta = {"source": "index", "index": retrieval.index, "fingerprint": self._fingerprint,
+                     "k1": retrieval.k1, "b": retrieval.b, "n_forbidden_titles": len(forbidden),
+                     "query_tokens": retrieval.query_tokens}
+
+    @property
+    def search(self):
+        if self._search is None:
+            from ralm.search_process import SearchProcess
+
+            sp = SearchProcess(self.retrieval.index, k1=self.retrieval.k1, b=self.retrieval.b, verbose=self.verbose)
+            if self.retrieval.k > sp.num_docs:
+                sp.close()
+                raise InputError(f"--retrieval.k {self.retrieval.k} is larger than the corpus: index "
+                                 f"{self.retrieval.index!r} has only {sp.num_docs} passage(s). Lower --retrieval.k "
+                                 "or use a larger index.")
+            self.meta["num_docs"] = sp.num_docs
+            self._search = sp
+        return self._search
+
+    def queries(self, chunk: Chunk) -> list[str]:
+        from ralm.retrieval import query_text
+
+        return [query_text(self.tokenizer, self.ids, w.target_begin, self.retrieval.query_tokens)
+                for w in chunk.windows]
+
+    def _key(self, queries: list[str]) -> str:
+        r = self.retrieval
+        return self.cache.key(self._fingerprint, r.k1, r.b, r.k, queries, None, self.forbidden)
+
+    def prefetch(self, chunk: Chunk) -> None:
+        """Start searching ``chunk``'s queries (a no-op if cached or already submitted)."""
+        if chunk.index in self._futures:
+            return
+        queries = self.queries(chunk)
+        key = self._key(queries)
+        if self.cache.get(key) is None:
+            self._futures[chunk.index] = (key, self.search.submit(queries, self.retrieval.k, forbidden=self.forbidden))
+
+    def get(self, chunk: Chunk) -> list[list]:
+        """``chunk``'s candidates (waits for its search if it is still running)."""
+        if chunk.index not in self._futures:
+            key = self._key(self.queries(chunk))
+            hit = self.cache.get(key)
+            if hit is not None:
+                return hit
+            self.prefetch(chunk)
+        key, fut = self._futures.pop(chunk.index)
+        res = fut.result()
+        self.cache.put(key, res)
+        return res
+
+    def close(self) -> None:
+        if self._search is not None:
+            self._search.close()

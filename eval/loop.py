@@ -1,10 +1,14 @@
-"""The strided RALM perplexity loop of DESIGN §2, batched.
+"""The strided RALM perplexity loop of DESIGN §2, batched, one chunk of strides at a time.
 
 Reference semantics (AI21Labs/in-context-ralm ``eval_lm.py``), kept exactly: the same windows, the
 same queries (only the past), documents overwriting the window start, zero-shot ranking on the s'
 tokens before the targets, oracle on the targets, first minimum wins. What differs is only *how*
-it is computed: strides of equal shape are stacked (with all their candidates) into a few large
-forwards, and the LM head runs only on the positions that are scored.
+it is computed: a chunk (consecutive strides of equal shape, with all their candidates) goes through
+a few large forwards, and the LM head runs only on the positions that are scored.
+
+:func:`score_chunk` is the unit of work: ``eval.predict`` runs it as a Lightning predict step (one
+device, many, several nodes) and persists each chunk's result; :func:`run_loop` runs every chunk in
+this process (tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ralm.scoring import DocumentEncoder, LMScorer, condition_on_documents
 from ralm.selectors import Selector, StrideBatch
@@ -26,6 +29,114 @@ if TYPE_CHECKING:
 CandidateFn = Callable[[list[Window]], "list[list[Passage]]"]  # windows -> allowed passages per stride
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive windows of one shape, scored together; chunk 0 is the first window alone."""
+
+    index: int
+    windows: tuple[Window, ...]
+
+
+def make_chunks(windows: Sequence[Window], size: int) -> list[Chunk]:
+    """The first window alone (scored whole, never with retrieval), then runs of at most ``size``
+    consecutive windows of one shape (length, trg_len). A pure function of its inputs, so a resumed run
+    cuts the same chunks."""
+    chunks = [Chunk(0, (windows[0],))]
+    run: list[Window] = []
+    for w in windows[1:]:
+        if run and (len(run) == size or (w.length, w.trg_len) != (run[0].length, run[0].trg_len)):
+            chunks.append(Chunk(len(chunks), tuple(run)))
+            run = []
+        run.append(w)
+    if run:
+        chunks.append(Chunk(len(chunks), tuple(run)))
+    return chunks
+
+
+@dataclass
+class ChunkResult:
+    """What one chunk measured (arrays over its strides ``B`` and scored tokens ``T``)."""
+
+    stride_index: np.ndarray  # (B,) int64
+    stride_nll: np.ndarray  # (B,) float64 summed NLL of each stride's targets
+    stride_n_tokens: np.ndarray  # (B,) int64
+    chosen_rank: np.ndarray  # (B,) int64, -1 = no document
+    n_candidates: np.ndarray  # (B,) int64
+    token_nll: np.ndarray  # (T,) float32
+    chosen: list  # (B,) the chosen Passage or None
+
+
+def score_chunk(ids: torch.Tensor, chunk: Chunk, candidates: list[list["Passage"]], prefix_texts: list[str],
+                scorer: LMScorer, selector: Selector, docs: DocumentEncoder, *, zero_shot_tokens: int,
+                k: int) -> ChunkResult:
+    """Choose a document per stride of ``chunk`` and score its targets.
+
+    ids: (N,) long, the whole token stream; candidates: per stride, the allowed passages in rank order
+    (at most ``k`` used); prefix_texts: per stride, the decoded window tokens before the targets ("" when
+    the selector does not read them).
+    """
+    run = list(chunk.windows)
+    B = len(run)
+    out_nll = np.zeros(B, dtype=np.float64)
+    out_n = np.zeros(B, dtype=np.int64)
+    chosen = np.full(B, -1, dtype=np.int64)
+    tok_nll: list[np.ndarray] = []
+
+    def record(b: int, nll: torch.Tensor) -> None:
+        out_nll[b] = float(nll.double().sum())
+        out_n[b] = nll.numel()
+        tok_nll.append(nll.numpy().astype(np.float32))
+
+    if chunk.index == 0:  # the first window: scored whole with no retrieval
+        w = run[0]
+        win = ids[w.begin:w.end].unsqueeze(0)
+        record(0, scorer.nll(win, win, w.length - 1)[0])
+        return ChunkResult(np.array([w.index]), out_nll, out_n, chosen, np.zeros(1, dtype=np.int64),
+                           np.concatenate(tok_nll), [None])
+
+    width, trg = run[0].length, run[0].trg_len
+    rank_extra = zero_shot_tokens if selector.lm_ranking == "prefix" else 0
+    wins = torch.stack([ids[w.begin:w.end] for w in run])  # (B, W)
+    cands = [list(c[:k]) for c in candidates] if selector.uses_documents else [[] for _ in run]
+    batch = StrideBatch(prefix_texts=prefix_texts, candidates=cands, stride_ids=[w.index for w in run])
+    n_score = trg + rank_extra
+    if selector.needs_lm_scores and n_score >= width:
+        from ralm.settings import SettingsError
+
+        raise SettingsError(f"a window of {width} tokens is too short to rank on {rank_extra} tokens before {trg} "
+                            "targets; lower --windows.zero_shot_tokens or raise --windows.max_length")
+    if selector.needs_lm_scores:
+        # Every candidate of every stride in one pass, stride by stride; a stride without candidates
+        # gets one row without a document.
+        owner, row_doc, first_row = [], [], []
+        for b, c in enumerate(cands):
+            first_row.append(len(owner))
+            for d in (docs([p.document() for p in c]) if c else [None]):
+                owner.append(b)
+                row_doc.append(d)
+        rows = wins[owner]  # (R, W)
+        nll = scorer.nll(condition_on_documents(rows, row_doc), rows, n_score)  # (R, n_score)
+        rank_sum = (nll[:, :rank_extra] if selector.lm_ranking == "prefix" else nll[:, rank_extra:]).sum(1)
+        table = torch.full((B, max(1, max(len(c) for c in cands))), float("inf"))  # (B, k_max)
+        for b, c in enumerate(cands):
+            table[b, :len(c)] = rank_sum[first_row[b]:first_row[b] + len(c)]
+        picks = selector.select(batch, table)
+        for b in range(B):
+            record(b, nll[first_row[b] + max(picks[b], 0), rank_extra:])
+    else:
+        picks = selector.select(batch) if selector.uses_documents else [-1] * B
+        chosen_docs = iter(docs([cands[b][p].document() for b, p in enumerate(picks) if p >= 0]))
+        row_doc = [next(chosen_docs) if p >= 0 else None for p in picks]
+        nll = scorer.nll(condition_on_documents(wins, row_doc), wins, trg)
+        for b in range(B):
+            record(b, nll[b])
+    chosen[:] = picks
+    return ChunkResult(
+        stride_index=np.array([w.index for w in run], dtype=np.int64), stride_nll=out_nll, stride_n_tokens=out_n,
+        chosen_rank=chosen, n_candidates=np.array([len(c) for c in cands], dtype=np.int64),
+        token_nll=np.concatenate(tok_nll), chosen=[cands[b][p] if p >= 0 else None for b, p in enumerate(picks)])
+
+
 @dataclass
 class LoopResult:
     """Everything the loop measured; perplexities are derived, never averaged."""
@@ -35,12 +146,16 @@ class LoopResult:
     stride_nll: np.ndarray  # (S,) float64 summed NLL of each stride's targets
     stride_n_tokens: np.ndarray  # (S,) int scored targets per stride
     chosen_rank: np.ndarray  # (S,) int BM25 rank of the chosen passage, -1 = none
-    chosen_docid: list[str]  # (S,) "" = none
+    chosen: list  # (S,) the chosen Passage (docid, title, text) or None
     n_candidates: np.ndarray  # (S,) int
     token_nll: np.ndarray  # (n_scored,) float32
     token_ids: np.ndarray  # (n_scored,) int target token ids
     token_stride: np.ndarray  # (n_scored,) int stride of each token
     extras: dict = field(default_factory=dict)
+
+    @property
+    def chosen_docid(self) -> list[str]:
+        return [p.docid if p is not None else "" for p in self.chosen]
 
     @property
     def nll_sum(self) -> float:
@@ -55,107 +170,52 @@ class LoopResult:
         return float(np.exp(self.nll_sum / count))
 
 
-def _chunks(windows: Sequence[Window], size: int):
-    """Consecutive runs of at most ``size`` windows of one shape (length, trg_len)."""
-    run: list[Window] = []
-    for w in windows:
-        if run and (len(run) == size or (w.length, w.trg_len) != (run[0].length, run[0].trg_len)):
-            yield run
-            run = []
-        run.append(w)
-    if run:
-        yield run
+def assemble(ids: Sequence[int], windows: Sequence[Window], results: Sequence[ChunkResult]) -> LoopResult:
+    """One :class:`LoopResult` from the chunks' results (any order)."""
+    results = sorted(results, key=lambda r: int(r.stride_index[0]))
+    si = np.concatenate([r.stride_index for r in results])
+    if not np.array_equal(si, np.arange(len(windows))):
+        raise ValueError(f"chunk results cover strides {si[:5]}..., expected 0..{len(windows) - 1} exactly once")
+    ids_np = np.asarray(ids, dtype=np.int64)
+    n = np.concatenate([r.stride_n_tokens for r in results])
+    token_ids = np.concatenate([ids_np[w.end - c:w.end] for w, c in zip(windows, n)])
+    return LoopResult(
+        n_tokens=len(ids_np), stride_index=si, stride_nll=np.concatenate([r.stride_nll for r in results]),
+        stride_n_tokens=n, chosen_rank=np.concatenate([r.chosen_rank for r in results]),
+        chosen=[p for r in results for p in r.chosen], n_candidates=np.concatenate([r.n_candidates for r in results]),
+        token_nll=np.concatenate([r.token_nll for r in results]), token_ids=token_ids,
+        token_stride=np.repeat(si, n))
+
+
+def prefix_texts(tokenizer, wins: torch.Tensor, trg: int, selector: Selector) -> list[str]:
+    """What the selector may read: each window's tokens before its targets, decoded (or "" if unread)."""
+    if not selector.reads_prefix:
+        return [""] * wins.size(0)
+    return tokenizer.batch_decode(wins[:, : wins.size(1) - trg].tolist())
 
 
 def run_loop(ids: Sequence[int], tokenizer, scorer: LMScorer, selector: Selector,
              candidates: CandidateFn | None = None, *, stride: int = 4, max_length: int = 1024,
              doc_max_tokens: int = 256, zero_shot_tokens: int = 16, k: int = 16, strides_per_chunk: int = 64,
              progress: bool = True) -> LoopResult:
-    """Score every target token of ``ids`` with ``selector``'s choice of document per stride.
+    """Score every target token of ``ids`` in this process (``eval.ppl`` runs the same chunks through
+    Lightning). ``candidates`` maps windows to their allowed passages; required unless the selector
+    uses no documents."""
+    from ralm.progress import Progress
 
-    candidates: maps a list of windows (index ≥ 1) to their allowed passages (rank order, at most
-    ``k`` used). Required unless ``selector.uses_documents`` is False.
-    """
     if selector.uses_documents and candidates is None:
-        raise ValueError(f"the {selector.name!r} reranker needs retrieval: pass --index or --retrieval-file")
+        raise ValueError(f"the {selector.name!r} reranker needs retrieval: pass candidates")
     ids_t = torch.as_tensor(list(ids), dtype=torch.long)
     windows = stride_windows(len(ids_t), stride, max_length)
     docs = DocumentEncoder(tokenizer, doc_max_tokens)
-    rank_extra = zero_shot_tokens if selector.lm_ranking == "prefix" else 0
-
-    S = len(windows)
-    stride_nll = np.zeros(S, dtype=np.float64)
-    stride_n = np.zeros(S, dtype=np.int64)
-    chosen = np.full(S, -1, dtype=np.int64)
-    chosen_docid = [""] * S
-    n_cand = np.zeros(S, dtype=np.int64)
-    tok_nll: list[np.ndarray] = []
-    tok_ids: list[np.ndarray] = []
-    tok_stride: list[np.ndarray] = []
-
-    def record(w: Window, nll: torch.Tensor):
-        stride_nll[w.index] = float(nll.double().sum())
-        stride_n[w.index] = nll.numel()
-        tok_nll.append(nll.numpy().astype(np.float32))
-        tok_ids.append(ids_t[w.end - nll.numel():w.end].numpy())
-        tok_stride.append(np.full(nll.numel(), w.index, dtype=np.int64))
-
-    bar = tqdm(total=S, desc=f"ppl [{selector.name}]", unit="stride", disable=not progress)
-    first = windows[0]  # scored whole, never with retrieval
-    win0 = ids_t[first.begin:first.end].unsqueeze(0)
-    record(first, scorer.nll(win0, win0, first.length - 1)[0])
-    bar.update(1)
-
-    for run in _chunks(windows[1:], strides_per_chunk):
-        width, trg = run[0].length, run[0].trg_len
-        wins = torch.stack([ids_t[w.begin:w.end] for w in run])  # (B, W)
-        cands = ([c[:k] for c in candidates(run)] if selector.uses_documents else [[] for _ in run])
-        prefixes = (tokenizer.batch_decode(wins[:, : width - trg].tolist()) if selector.reads_prefix
-                    else [""] * len(run))
-        batch = StrideBatch(prefix_texts=prefixes, candidates=cands, stride_ids=[w.index for w in run])
-        n_score = trg + rank_extra
-        if selector.needs_lm_scores and n_score >= width:
-            raise ValueError(f"window of {width} tokens is too short to rank on {rank_extra} tokens before "
-                             f"{trg} targets; lower --zero-shot-tokens or raise --max-length")
-
-        if selector.needs_lm_scores:
-            # Every candidate of every stride in one pass, stride by stride; a stride without
-            # candidates gets one row without a document.
-            owner, row_doc, first_row = [], [], []
-            for b, c in enumerate(cands):
-                first_row.append(len(owner))
-                for d in (docs([p.document() for p in c]) if c else [None]):
-                    owner.append(b)
-                    row_doc.append(d)
-            rows = wins[owner]  # (R, W)
-            nll = scorer.nll(condition_on_documents(rows, row_doc), rows, n_score)  # (R, n_score)
-            rank_sum = (nll[:, :rank_extra] if selector.lm_ranking == "prefix" else nll[:, rank_extra:]).sum(1)
-            table = torch.full((len(run), max(1, max(len(c) for c in cands))), float("inf"))  # (B, k_max)
-            for b, c in enumerate(cands):
-                table[b, :len(c)] = rank_sum[first_row[b]:first_row[b] + len(c)]
-            picks = selector.select(batch, table)
-            for b, w in enumerate(run):
-                p = picks[b]
-                record(w, nll[first_row[b] + max(p, 0), rank_extra:])
-                chosen[w.index] = p
-        else:
-            picks = selector.select(batch) if selector.uses_documents else [-1] * len(run)
-            chosen_docs = docs([cands[b][p].document() for b, p in enumerate(picks) if p >= 0])
-            it = iter(chosen_docs)
-            row_doc = [next(it) if p >= 0 else None for p in picks]
-            nll = scorer.nll(condition_on_documents(wins, row_doc), wins, trg)
-            for b, w in enumerate(run):
-                record(w, nll[b])
-                chosen[w.index] = picks[b]
-        for b, w in enumerate(run):
-            n_cand[w.index] = len(cands[b])
-            if chosen[w.index] >= 0:
-                chosen_docid[w.index] = cands[b][chosen[w.index]].docid
-        bar.update(len(run))
-    bar.close()
-
-    return LoopResult(
-        n_tokens=len(ids_t), stride_index=np.arange(S), stride_nll=stride_nll, stride_n_tokens=stride_n,
-        chosen_rank=chosen, chosen_docid=chosen_docid, n_candidates=n_cand,
-        token_nll=np.concatenate(tok_nll), token_ids=np.concatenate(tok_ids), token_stride=np.concatenate(tok_stride),
-    )
+    results = []
+    with Progress(len(windows), f"ppl [{selector.name}]", "strides", enabled=progress) as bar:
+        for chunk in make_chunks(windows, strides_per_chunk):
+            run = list(chunk.windows)
+            cands = candidates(run) if (selector.uses_documents and chunk.index > 0) else [[] for _ in run]
+            wins = torch.stack([ids_t[w.begin:w.end] for w in run])
+            prefixes = prefix_texts(tokenizer, wins, run[0].trg_len, selector) if chunk.index > 0 else [""]
+            results.append(score_chunk(ids_t, chunk, cands, prefixes, scorer, selector, docs,
+                                       zero_shot_tokens=zero_shot_tokens, k=k))
+            bar.update(len(run))
+    return assemble(ids_t.tolist(), windows, results)

@@ -1,161 +1,374 @@
-"""``python -m eval.ppl``: retrieval-augmented perplexity with any reranker (DESIGN §2).
+"""``python -m eval.ppl``: retrieval-augmented perplexity with any reranker (docs/method.md §2).
 
-Examples::
+    python -m eval.ppl --reranker bm25          # paper settings: GPT-2, WikiText-103 test, BM25 over DPR
+    python -m eval.ppl --config configs/ppl.yaml --reranker checkpoints/reranker/version_0/reranker
+    python -m eval.ppl --model smollm2-135m --text.file eval.txt --retrieval.index corpus/index --reranker oracle
+    python -m eval.ppl --config configs/ppl.yaml --reranker zero-shot --trainer.devices 8 --trainer.strategy ddp
 
-    python -m eval.ppl --model gpt2 --index wikipedia-dpr-100w --reranker bm25
-    python -m eval.ppl --model gpt2 --retrieval-file retrieval.json --reranker zero-shot
-    python -m eval.ppl --config configs/ppl.yaml --reranker checkpoints/reranker/export
+Rerankers: none, bm25, random, zero-shot (the evaluated LM ranks, or ``--ranker.model``), oracle,
+cosine (``--ranker.model``'s mean-pooled embeddings, no training), or the path of a trained reranker
+(an export directory or a Lightning ``.ckpt`` of ``reranking.fit``).
 
-Settings come from ``--config`` YAML (keys = the flag names, dashes or underscores), then flags.
+The strides are scored in chunks through Lightning's ``Trainer.predict`` (one device, N devices and
+several nodes are the same command with ``--trainer.*`` flags), and each chunk's result is saved
+under ``OUTPUT_DIR/work`` as soon as it exists: rerunning the same command after a kill continues
+where it stopped and gives bit-identical results. The outputs (results.json last, see
+``eval/outputs.py``) replace nothing until they are complete; an output directory holding another
+run's work or results is refused rather than overwritten.
 """
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import json
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
+from ralm.settings import (WIKITEXT103_TEST, Devices, InputError, Retrieval, Scoring, SettingsError, Text, Windows,
+                           as_dict)
 
-from eval.config import PplConfig
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m eval.ppl", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="YAML file of settings (flag names as keys); flags override it")
-    docs = PplConfig.field_docs()
-    defaults = PplConfig.__dataclass_fields__
-    for name in PplConfig.names():
-        default = defaults[name].default
-        flag = "--" + name.replace("_", "-")
-        if isinstance(default, bool):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f"{docs.get(name, '')} (default: {default})")
-        else:
-            typ = type(default) if default is not None else str
-            p.add_argument(flag, type=typ, default=None, help=f"{docs.get(name, '')} (default: {default})")
-    return p
+BUILTIN_RERANKERS = ("none", "bm25", "first", "random", "zero-shot", "oracle", "cosine")
 
 
-def parse_config(argv: list[str] | None = None) -> PplConfig:
-    args = build_parser().parse_args(argv)
-    values: dict = {}
-    if args.config:
-        import yaml
+@dataclass(frozen=True)
+class Ranker:
+    """Settings of the rerankers that run a model of their own.
 
-        raw = yaml.safe_load(Path(args.config).read_text()) or {}
-        unknown = [k for k in raw if k.replace("-", "_") not in PplConfig.names()]
-        if unknown:
-            raise ValueError(f"{args.config}: unknown setting(s) {unknown}; valid: {PplConfig.names()}")
-        values.update({k.replace("-", "_"): v for k, v in raw.items()})
-    values.update({k: v for k, v in vars(args).items() if k != "config" and v is not None})
-    return PplConfig(**values)
+    Args:
+        model: zero-shot: a separate causal LM that ranks (its tokenizer may differ; default: the evaluated
+            LM). cosine: the sentence encoder (required), e.g. minilm-l6.
+        prefix_tokens: cosine: encoder tokens kept from the end of the prefix.
+        batch_size: (prefix, passage) pairs per forward of a predictive or cosine reranker.
+    """
+
+    model: str | None = None
+    prefix_tokens: int = 256
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.prefix_tokens < 1 or self.batch_size < 1:
+            raise SettingsError(f"invalid ranker settings: --ranker.prefix_tokens ({self.prefix_tokens}) and "
+                                f"--ranker.batch_size ({self.batch_size}) must be >= 1")
 
 
-def make_selector(cfg: PplConfig, device):
+def default_output_dir(reranker: str) -> Path:
+    """``runs/ppl/<reranker>``: each reranker's evaluation in its own directory."""
+    if reranker in BUILTIN_RERANKERS:
+        return Path("runs/ppl") / reranker
+    p = Path(reranker).resolve()
+    return Path("runs/ppl") / f"predictive-{p.parent.name}-{p.name}".replace(".", "_")
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def model_identity(spec: str) -> dict:
+    """What the scores depend on in a model, cheaply: its config and its files' names and sizes."""
+    from ralm.models import resolve
+
+    r = resolve(spec)
+    p = Path(r.path)
+    if not p.is_dir():
+        return {"spec": spec}
+    files = {f.name: f.stat().st_size for f in sorted(p.iterdir()) if f.is_file()}
+    cfg = (p / "config.json").read_text() if (p / "config.json").is_file() else ""
+    return {"spec": spec, "path": str(p.resolve()), "gguf": r.gguf_file, "config": _digest(cfg), "files": _digest(files)}
+
+
+def reranker_identity(reranker: str) -> dict:
+    if reranker in BUILTIN_RERANKERS:
+        return {"name": reranker}
+    from eval.candidates import file_sha256
+
+    p = Path(reranker)
+    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file())
+    return {"path": str(p.resolve()), "sha256": _digest({f.name: file_sha256(f) for f in files})}
+
+
+def make_selector(reranker: str, ranker: Ranker, model: str, seed: int, *, windows: Windows, max_length: int,
+                  scoring: Scoring):
     from ralm.selectors import BUILTIN, RandomCandidate, ZeroShotOtherLM
 
-    name = cfg.reranker
-    if name == "random":
-        return RandomCandidate(cfg.seed)
-    if name == "zero-shot" and cfg.zero_shot_model and cfg.zero_shot_model != cfg.model:
+    if reranker == "random":
+        return RandomCandidate(seed)
+    if reranker == "cosine":
+        from reranking.selector import CosineSelector
+
+        return CosineSelector(ranker.model, prefix_tokens=ranker.prefix_tokens, batch_size=ranker.batch_size)
+    if reranker == "zero-shot" and ranker.model and ranker.model != model:
         from ralm.scoring import context_length, load_causal_lm
 
-        zs_model, zs_tok = load_causal_lm(cfg.zero_shot_model, str(device))
-        return ZeroShotOtherLM(zs_model, zs_tok, rank_tokens=cfg.zero_shot_tokens, doc_max_tokens=cfg.doc_max_tokens,
-                               max_length=min(cfg.max_length, context_length(zs_model)),
-                               batch_size=cfg.batch_size, dtype=cfg.dtype)
-    if name in BUILTIN:
-        return BUILTIN[name]()
-    if Path(name).exists():
-        from reranking.selector import PredictiveSelector
+        zs_model, zs_tok = load_causal_lm(ranker.model, "cpu", role="--ranker.model")
+        return ZeroShotOtherLM(zs_model, zs_tok, rank_tokens=windows.zero_shot_tokens,
+                               doc_max_tokens=windows.doc_max_tokens, max_length=min(max_length, context_length(zs_model)),
+                               batch_size=scoring.batch_size, dtype=scoring.dtype)
+    if reranker in BUILTIN:
+        return BUILTIN[reranker]()
+    from reranking.selector import PredictiveSelector
 
-        return PredictiveSelector.from_path(name, device=str(device), batch_size=cfg.reranker_batch_size)
-    raise ValueError(f"--reranker {name!r}: not one of {sorted(BUILTIN)} and no such file or directory "
-                     "(a trained reranker is an export directory or a Lightning .ckpt)")
-
-
-def markdown_table(results: dict) -> str:
-    rows = [("reranker", results["reranker"]), ("word-level ppl", f"{results['ppl_word']:.4f}"),
-            ("token-level ppl", f"{results['ppl_token']:.4f}"), ("scored tokens", results["n_scored_tokens"]),
-            ("words (spaces)", results["n_words"]), ("text tokens N", results["n_tokens"]),
-            ("strides with a document", results["strides_with_document"]),
-            ("strides without a document", results["strides_without_document"])]
-    out = ["| metric | value |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]
-    if results["chosen_rank_counts"]:
-        out += ["", "| BM25 rank chosen | strides |", "|---|---|"]
-        out += [f"| {r} | {n} |" for r, n in results["chosen_rank_counts"].items()]
-    return "\n".join(out) + "\n"
+    try:
+        return PredictiveSelector.from_path(reranker, batch_size=ranker.batch_size)
+    except (FileNotFoundError, ValueError, KeyError, RuntimeError) as e:
+        raise InputError(f"--reranker {reranker!r}: {e}") from None
 
 
-def write_outputs(out_dir: Path, cfg: PplConfig, res, n_words: int, meta: dict) -> dict:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ppl_strides = float(np.exp(res.nll_sum / n_words))
-    ppl_tokens = float(np.exp(res.nll_sum_tokens / n_words))
-    if not np.isclose(ppl_strides, ppl_tokens, rtol=1e-5):  # the reference's second computation
-        raise AssertionError(f"perplexity summed per stride ({ppl_strides}) != per token ({ppl_tokens})")
-    with_doc = res.chosen_rank >= 0
-    ranks, counts = np.unique(res.chosen_rank[with_doc], return_counts=True)
-    results = {
-        "reranker": cfg.reranker, "model": cfg.model,
-        "ppl_word": ppl_strides, "ppl_token": res.perplexity(res.n_tokens),
-        "ppl_word_from_tokens": ppl_tokens, "nll_sum": res.nll_sum,
-        "n_scored_tokens": int(res.token_nll.size), "n_words": n_words, "n_tokens": res.n_tokens,
-        "n_strides": int(res.stride_index.size),
-        "strides_with_document": int(with_doc.sum()), "strides_without_document": int((~with_doc).sum()),
-        "chosen_rank_counts": {int(r): int(c) for r, c in zip(ranks, counts)},
-        "word_count_convention": "number of ' ' characters in the text (reference eval_lm.py)",
-        "config": cfg.to_dict(), **meta,
-    }
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out_dir / "results.md").write_text(markdown_table(results))
-    pq.write_table(pa.table({
-        "stride": res.stride_index, "nll": res.stride_nll, "n_tokens": res.stride_n_tokens,
-        "chosen_rank": res.chosen_rank, "chosen_docid": res.chosen_docid, "n_candidates": res.n_candidates,
-    }), out_dir / "strides.parquet")
-    np.savez_compressed(out_dir / "tokens.npz", nll=res.token_nll, token_id=res.token_ids, stride=res.token_stride)
-    return results
+def _check_reranker(reranker: str, ranker: Ranker) -> bool:
+    """Cheap checks before any loading; returns whether the reranker reads retrieved documents."""
+    if reranker not in BUILTIN_RERANKERS and not Path(reranker).exists():
+        raise InputError(f"--reranker {reranker!r}: not one of {', '.join(BUILTIN_RERANKERS)} and no such file or "
+                         "directory (a trained reranker is an export directory or a Lightning .ckpt of reranking.fit)")
+    if reranker == "cosine" and not ranker.model:
+        raise InputError("--reranker cosine needs --ranker.model (a sentence encoder, e.g. minilm-l6)")
+    return reranker != "none"
 
 
-def run(cfg: PplConfig, progress: bool = True) -> dict:
-    """Evaluate one reranker; returns the results dict also written to ``cfg.output_dir``."""
-    from eval.candidates import make_candidate_fn
-    from eval.loop import run_loop
-    from ralm.scoring import LMScorer, context_length, load_causal_lm, resolve_device
-    from ralm.text import load_text, word_count
+def _start_state(out: Path, identity: dict) -> dict | None:
+    """Refuse another run's directory; return the results if this very run is already complete."""
+    from eval.outputs import RESULTS, read_complete
 
+    work = out / "work" / "run.json"
+    if work.is_file() and not any((out / "work" / "chunks").glob("*.npz")):
+        work.unlink()  # a run that stopped before finishing any chunk left nothing to keep
+    done = read_complete(out)
+    if done is not None and done.get("identity") == identity:
+        return done
+    for what, path, other in (("results", out / RESULTS, done and done.get("identity")),
+                              ("unfinished work", work, json.loads(work.read_text()) if work.is_file() else None)):
+        if path.exists() and other != identity:
+            if other is None:
+                raise InputError(f"{path} exists but cannot be read as a finished run; delete {out} or pass "
+                                 "another --output_dir")
+            diff = sorted(k for k in set(other) | set(identity) if other.get(k) != identity.get(k))
+            raise InputError(f"--output_dir {out} holds {what} of another evaluation (differs in: {', '.join(diff)}); "
+                             f"pass another --output_dir, or delete {out} to start over")
+    return None
+
+
+def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TEST, retrieval: Retrieval = Retrieval(),
+        retrieval_file: str | None = None, windows: Windows = Windows(), ranker: Ranker = Ranker(),
+        scoring: Scoring = Scoring(), trainer: Devices = Devices(), output_dir: str | None = None,
+        cache_dir: str | None = None, save_retrieval_file: str | None = None, chunk_strides: int = 64, seed: int = 0,
+        keep_work: bool = False, verbose: bool = False, progress: bool = True) -> dict:
+    """Retrieval-augmented perplexity of a causal LM with one reranker.
+
+    Args:
+        model: The frozen causal LM: a short name (python -m ralm.models list), a local directory, a .gguf
+            file or a hub id.
+        reranker: none | bm25 | random | zero-shot | oracle | cosine | the path of a trained reranker.
+        text: The evaluation text.
+        retrieval: BM25 candidates (``retrieval.index``); unused with ``retrieval_file``.
+        retrieval_file: Candidates from a reference-format retrieval JSON file instead of an index.
+        windows: Stride, window, document budget and zero-shot's s'.
+        ranker: Settings of rerankers with a model of their own (zero-shot with another LM, cosine, predictive).
+        scoring: LM batch size and compute dtype.
+        trainer: Lightning devices for the scoring (--trainer.devices 8 --trainer.strategy ddp).
+        output_dir: Where the results go (default: runs/ppl/<reranker>).
+        cache_dir: Retrieval cache (default: <output_dir>/../retrieval_cache, shared by sibling runs).
+        save_retrieval_file: Also write the candidates used, in the reference's JSON format.
+        chunk_strides: Strides per chunk: the unit of batching, of saved progress and of work per device.
+        seed: Seed of the random reranker.
+        keep_work: Keep OUTPUT_DIR/work (per-chunk results) after the run is complete.
+        verbose: Show library and Java logging.
+        progress: Show progress (a bar on a terminal, periodic lines otherwise).
+    """
+    from ralm.cli import quiet_libraries
+
+    quiet_libraries(verbose)
     t0 = time.time()
-    device = resolve_device(cfg.device)
-    text = load_text(cfg.dataset, cfg.dataset_config, cfg.split, cfg.text_file)
-    model, tokenizer = load_causal_lm(cfg.model, str(device))
-    max_length = min(cfg.max_length, context_length(model))  # as the reference does
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    selector = make_selector(cfg, device)
-    candidates, retrieval_meta = (make_candidate_fn(cfg, text, ids, tokenizer, max_length)
-                                  if selector.uses_documents else (None, {}))
-    res = run_loop(ids, tokenizer, LMScorer(model, cfg.batch_size, cfg.dtype), selector, candidates,
-                   stride=cfg.stride, max_length=max_length, doc_max_tokens=cfg.doc_max_tokens,
-                   zero_shot_tokens=cfg.zero_shot_tokens, k=cfg.k, strides_per_chunk=cfg.strides_per_chunk,
-                   progress=progress)
-    meta = {"max_length_used": max_length, "seconds": round(time.time() - t0, 2), "retrieval": retrieval_meta}
-    return write_outputs(Path(cfg.output_dir), cfg, res, word_count(text), meta)
+    if chunk_strides < 1:
+        raise SettingsError(f"--chunk_strides must be >= 1 (got {chunk_strides})")
+    uses_docs = _check_reranker(reranker, ranker)
+    if uses_docs and not (retrieval.index or retrieval_file):
+        raise InputError(f"--reranker {reranker} needs candidates: pass --retrieval.index or --retrieval_file")
+    if uses_docs and not retrieval_file:
+        from ralm.retrieval import check_index
+
+        check_index(retrieval.index)
+    out = Path(output_dir) if output_dir else default_output_dir(reranker)
+    from ralm.files import check_writable
+
+    check_writable(out, "--output_dir")
+
+    from ralm.models import check_causal_lm, load_config, load_tokenizer
+    from ralm.scoring import context_length
+    from ralm.text import word_count
+    from ralm.windows import stride_windows
+
+    try:
+        body = text.load()
+    except (FileNotFoundError, ValueError) as e:
+        raise InputError(f"--text: {e}") from None
+    tokenizer, config = load_tokenizer(model), load_config(model)
+    check_causal_lm(model, config, tokenizer)
+    import types
+
+    max_length = windows.fitted(context_length(types.SimpleNamespace(config=config)))
+    if uses_docs:
+        retrieval.check_windows(windows, max_length)
+    ids = tokenizer(body, add_special_tokens=False)["input_ids"]
+    if len(ids) < 2:
+        raise InputError(f"--text ({text.describe()}) has {len(ids)} token(s); perplexity needs at least 2")
+    wins = stride_windows(len(ids), windows.stride, max_length)
+    if uses_docs and len(wins) < 2:
+        raise InputError(f"--text ({text.describe()}) has {len(ids)} tokens, which fit in one {max_length}-token window: "
+                         f"no stride would retrieve, so --reranker {reranker} would measure no retrieval at all. Use a "
+                         "longer text or a smaller --windows.max_length")
+
+    identity = {
+        "model": model_identity(model), "reranker": reranker_identity(reranker),
+        "text": {"source": text.describe(), "sha256": hashlib.sha256(body.encode()).hexdigest()},
+        "windows": {**asdict(windows), "max_length_used": max_length}, "chunk_strides": chunk_strides,
+        "dtype": scoring.dtype, "seed": seed,
+        "ranker": asdict(ranker) if reranker in ("cosine", "zero-shot") else None,
+        "retrieval": _retrieval_identity(retrieval, retrieval_file) if uses_docs else None,
+    }
+    done = _start_state(out, identity)
+    if done is not None:
+        print(f"[eval.ppl] {out} already holds this evaluation (complete); nothing to do", file=sys.stderr)
+        return done
+    from ralm.files import atomic_write
+
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    atomic_write(work / "run.json", lambda t: Path(t).write_text(json.dumps(identity, indent=1, sort_keys=True)))
+
+    import torch
+
+    from eval.loop import assemble, make_chunks
+    from eval.predict import chunk_path, load_chunk
+
+    ids_t = torch.as_tensor(ids, dtype=torch.long)
+    chunks = make_chunks(wins, chunk_strides)
+    finished = {c.index: r for c in chunks if (r := load_chunk(chunk_path(work / "chunks", c.index))) is not None}
+    pending = [c for c in chunks if c.index not in finished]
+    forbidden = set()
+    if uses_docs and not retrieval_file and retrieval.forbid_eval_titles:
+        from ralm.corpus import forbidden_titles
+
+        forbidden = forbidden_titles(body)
+    cache = Path(cache_dir) if cache_dir else out.parent / "retrieval_cache"
+    source_meta: dict = {}
+
+    def make_candidates():
+        from eval.candidates import FileCandidates, IndexCandidates
+
+        if retrieval_file:
+            src = FileCandidates(retrieval_file, wins, f"stride {windows.stride}, window {max_length}")
+        else:
+            src = IndexCandidates(retrieval, ids, tokenizer, forbidden, cache, verbose=verbose)
+        source_meta.update(src.meta)
+        return src
+
+    rank0 = True
+    if pending:
+        rank0 = _predict(model, reranker, ranker, seed, windows, max_length, scoring, trainer, ids_t, tokenizer,
+                         pending, make_candidates if uses_docs else None, work, len(wins),
+                         sum(len(c.windows) for c in chunks if c.index in finished), progress, retrieval.k, verbose)
+    if not rank0:
+        return {}
+    results = [finished.get(c.index) or load_chunk(chunk_path(work / "chunks", c.index)) for c in chunks]
+    if any(r is None for r in results):
+        raise InputError(f"{sum(r is None for r in results)} chunk(s) have no result after scoring; rerun the same "
+                         "command to finish them")
+    res = assemble(ids, wins, results)
+    if uses_docs and not source_meta:
+        make_candidates().close()  # every chunk was finished earlier: record where candidates came from
+    if save_retrieval_file and uses_docs:
+        _save_retrieval(save_retrieval_file, chunks, wins, ids, tokenizer, make_candidates)
+    meta = {"model": model, "max_length_used": max_length, "seconds": round(time.time() - t0, 2),
+            "retrieval": source_meta, "settings": {"windows": as_dict(windows), "retrieval": as_dict(retrieval),
+                                                  "scoring": as_dict(scoring), "ranker": as_dict(ranker)}}
+    from eval.outputs import write_outputs
+
+    results_dict = write_outputs(out, res, reranker=reranker, n_words=word_count(body), identity=identity, meta=meta)
+    if not keep_work:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    return results_dict
+
+
+def _retrieval_identity(retrieval: Retrieval, retrieval_file: str | None) -> dict:
+    if retrieval_file:
+        from eval.candidates import file_sha256
+
+        if not Path(retrieval_file).is_file():
+            raise InputError(f"--retrieval_file {retrieval_file!r} does not exist")
+        return {"file": str(Path(retrieval_file).resolve()), "sha256": file_sha256(retrieval_file),
+                "k": retrieval.k}
+    from ralm.retrieval import index_identity
+
+    return {**asdict(retrieval), "index": index_identity(retrieval.index)}
+
+
+def _predict(model, reranker, ranker, seed, windows, max_length, scoring, trainer, ids_t, tokenizer, pending,
+             make_candidates, work, n_strides, n_done, progress, k, verbose) -> bool:
+    """Score the pending chunks with Lightning; returns True in the process that writes the outputs."""
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader
+
+    from eval.predict import ChunkWriter, EvalModule, StrideChunks, unbatched
+    from ralm.cli import quiet_lightning
+    from ralm.models import load_causal_lm
+    from ralm.progress import Progress
+
+    quiet_lightning(verbose)
+    lm, _ = load_causal_lm(model, "cpu")
+    selector = make_selector(reranker, ranker, model, seed, windows=windows, max_length=max_length, scoring=scoring)
+    module = EvalModule(lm, selector, ids_t, tokenizer, doc_max_tokens=windows.doc_max_tokens,
+                        zero_shot_tokens=windows.zero_shot_tokens, k=k,
+                        batch_size=scoring.batch_size, dtype=scoring.dtype)
+    data = DataLoader(StrideChunks(ids_t, pending, tokenizer, selector, make_candidates), batch_size=None,
+                      collate_fn=unbatched)
+    bar = Progress(n_strides, f"ppl [{reranker if len(reranker) < 20 else 'predictive'}]", "strides",
+                   enabled=progress, initial=n_done)
+    writer = ChunkWriter(work / "chunks", bar)
+    tr = pl.Trainer(**trainer.kwargs(), logger=False, enable_checkpointing=False, enable_model_summary=False,
+                    enable_progress_bar=False, callbacks=[writer], inference_mode=True)
+    if not tr.is_global_zero:
+        writer.progress = None
+    tr.predict(module, dataloaders=data, return_predictions=False)
+    tr.strategy.barrier("eval.ppl.done")  # every rank's chunk files are on disk
+    bar.close()
+    return tr.is_global_zero
+
+
+def _save_retrieval(path, chunks, wins, ids, tokenizer, make_candidates) -> None:
+    from eval.candidates import reference_entries_for
+    from ralm.retrieval import write_reference_json
+
+    src = make_candidates()
+    try:
+        queries, passages = [], []
+        for c in chunks:
+            if c.index == 0:
+                queries.append("")
+                passages.append([])
+                continue
+            queries += src.queries(c)
+            passages += src.get(c)
+    finally:
+        src.close()
+    write_reference_json(path, reference_entries_for(wins, ids, tokenizer, queries, passages))
+
+
+def _report(results: dict, kwargs: dict) -> int:
+    if results:
+        from eval.outputs import markdown_table
+
+        print(markdown_table(results))
+        out = kwargs.get("output_dir") or default_output_dir(kwargs.get("reranker", "bm25"))
+        print(f"results: {Path(out) / 'results.json'}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        cfg = parse_config(argv)
-        results = run(cfg)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"eval.ppl: error: {e}", file=sys.stderr)
-        return 2
-    print(markdown_table(results))
-    print(f"results: {Path(cfg.output_dir) / 'results.json'}")
-    return 0
+    from ralm.cli import run
+
+    return run(ppl, argv, "python -m eval.ppl", description=__doc__, after=_report)
 
 
 if __name__ == "__main__":

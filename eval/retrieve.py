@@ -1,58 +1,82 @@
 """``python -m eval.retrieve``: BM25 retrieval for every stride, saved in the reference JSON format.
 
 The counterpart of the reference's ``prepare_retrieval_data.py --retrieval_type sparse``: the same
-windows, the same queries (decoded last ℓ tokens before each stride's targets), the k allowed
-passages. ``eval.ppl --retrieval-file`` reads the result, and so does the reference ``eval_lm.py``.
+windows, the same queries (decoded last l tokens before each stride's targets), the k allowed
+passages. ``eval.ppl --retrieval_file`` reads the result, and so does the reference ``eval_lm.py``.
+
+    python -m eval.retrieve --model gpt2 --retrieval.index wikipedia-dpr-100w --output retrieval.json
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
+from pathlib import Path
+
+from ralm.settings import WIKITEXT103_TEST, InputError, Retrieval, Text, Windows
+
+
+def retrieve(output: str, model: str = "gpt2", text: Text = WIKITEXT103_TEST, retrieval: Retrieval = Retrieval(),
+             windows: Windows = Windows(), cache_dir: str | None = None, verbose: bool = False) -> str:
+    """Write the reference-format retrieval file of a text.
+
+    Args:
+        output: The JSON file to write.
+        model: The LM whose tokenizer (and context length) defines the strides.
+        text: The evaluation text.
+        retrieval: BM25 settings (index, k, query tokens, k1, b, forbidden titles).
+        windows: Stride and window (the document budget is unused here).
+        cache_dir: Retrieval cache directory (default: none).
+        verbose: Show Java logging.
+    """
+    import tempfile
+    import types
+
+    from eval.candidates import IndexCandidates, reference_entries_for
+    from eval.loop import make_chunks
+    from ralm.corpus import forbidden_titles
+    from ralm.models import load_config, load_tokenizer
+    from ralm.progress import Progress
+    from ralm.retrieval import write_reference_json
+    from ralm.scoring import context_length
+    from ralm.windows import stride_windows
+
+    if not retrieval.index:
+        raise InputError("--retrieval.index is required")
+    try:
+        body = text.load()
+    except (FileNotFoundError, ValueError) as e:
+        raise InputError(f"--text: {e}") from None
+    tok, config = load_tokenizer(model), load_config(model)
+    length = windows.fitted(context_length(types.SimpleNamespace(config=config)))
+    retrieval.check_windows(windows, length)
+    ids = tok(body, add_special_tokens=False)["input_ids"]
+    if len(ids) < 2:
+        raise InputError(f"--text ({text.describe()}) has {len(ids)} token(s)")
+    wins = stride_windows(len(ids), windows.stride, length)
+    forbidden = forbidden_titles(body) if retrieval.forbid_eval_titles else set()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = IndexCandidates(retrieval, ids, tok, forbidden, cache_dir or tmp, verbose=verbose)
+        queries, passages = [""], [[]]
+        try:
+            chunks = make_chunks(wins, 256)[1:]
+            with Progress(len(wins), "BM25", "queries") as bar:
+                for i, c in enumerate(chunks):
+                    for ahead in chunks[i:i + 3]:
+                        src.prefetch(ahead)
+                    queries += src.queries(c)
+                    passages += src.get(c)
+                    bar.update(len(c.windows))
+        finally:
+            src.close()
+    write_reference_json(output, reference_entries_for(wins, ids, tok, queries, passages))
+    return f"{len(wins)} strides, {len(forbidden)} forbidden titles, k={retrieval.k} -> {Path(output)}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval.retrieve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tokenizer", default="gpt2", help="LM tokenizer: hub name or local directory (default: gpt2)")
-    p.add_argument("--text-file", help="local evaluation text (default: the Hugging Face dataset below)")
-    p.add_argument("--dataset", default="wikitext")
-    p.add_argument("--dataset-config", default="wikitext-103-v1")
-    p.add_argument("--split", default="test")
-    p.add_argument("--index", required=True, help="Pyserini prebuilt index name or local Lucene index directory")
-    p.add_argument("--output", required=True, help="reference-format JSON file to write")
-    p.add_argument("--stride", type=int, default=4)
-    p.add_argument("--max-length", type=int, default=1024)
-    p.add_argument("--query-tokens", type=int, default=32)
-    p.add_argument("--k", type=int, default=16)
-    p.add_argument("--k1", type=float, default=0.9)
-    p.add_argument("--b", type=float, default=0.4)
-    p.add_argument("--no-forbidden-titles", action="store_true",
-                   help="do not skip passages titled like the evaluation text's articles")
-    args = p.parse_args(argv)
-    try:
-        from transformers import AutoTokenizer
+    from ralm.cli import run
 
-        from eval.candidates import reference_entries_for, retrieve_all
-        from ralm.corpus import forbidden_titles
-        from ralm.retrieval import BM25Retriever, write_reference_json
-        from ralm.text import load_text
-        from ralm.windows import stride_windows
-
-        text = load_text(args.dataset, args.dataset_config, args.split, args.text_file)
-        tok = AutoTokenizer.from_pretrained(args.tokenizer)
-        ids = tok(text, add_special_tokens=False)["input_ids"]
-        windows = stride_windows(len(ids), args.stride, args.max_length)
-        retriever = BM25Retriever(args.index, k1=args.k1, b=args.b)
-        forbidden = set() if args.no_forbidden_titles else forbidden_titles(text)
-        queries, passages = retrieve_all(windows, ids, tok, retriever, k=args.k, query_tokens=args.query_tokens,
-                                         forbidden=forbidden)
-        write_reference_json(args.output, reference_entries_for(windows, ids, tok, queries, passages))
-    except (ValueError, FileNotFoundError, OSError) as e:
-        print(f"eval.retrieve: error: {e}", file=sys.stderr)
-        return 2
-    print(f"{len(windows)} strides, {len(forbidden)} forbidden titles, k={args.k} -> {args.output}")
-    return 0
+    return run(retrieve, argv, "python -m eval.retrieve", description=__doc__,
+               after=lambda msg, kw: print(msg) or 0)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,27 @@
-"""``python -m eval.ppl`` end to end on a real Lucene index and a tiny local GPT-2."""
+"""``python -m eval.ppl`` end to end on a real Lucene index and a tiny local GPT-2: results, resume after a
+kill, refusals that protect earlier work, and one-line errors."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from eval.ppl import build_parser, main, parse_config
+from eval.ppl import main
 from ralm.retrieval import read_reference_json
-from ralm.tiny import make_gpt2, train_tokenizer
+from tests.tiny import make_gpt2, train_tokenizer
 
-SMALL = ["--stride", "4", "--max-length", "48", "--doc-max-tokens", "20", "--zero-shot-tokens", "8", "--k", "4",
-         "--batch-size", "8"]
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--windows.stride", "4", "--windows.max_length", "48", "--windows.doc_max_tokens", "20",
+         "--windows.zero_shot_tokens", "8", "--retrieval.k", "4", "--scoring.batch_size", "8",
+         "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--progress", "false"]
 
 
 @pytest.fixture(scope="module")
@@ -28,17 +37,17 @@ def eval_text(tmp_path_factory, bm25_corpus):
 
 def run(tmp_path, name, *args):
     out = tmp_path / name
-    assert main([*args, "--output-dir", str(out)]) == 0
+    assert main([*args, "--output_dir", str(out)]) == 0
     return json.loads((out / "results.json").read_text()), out
 
 
 def test_index_run_then_reference_file_gives_the_same_numbers(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
-    common = ["--model", str(tiny_gpt2_dir), "--text-file", str(eval_text), *SMALL]
+    common = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL]
     ref = tmp_path / "retrieval.json"
     for reranker in ("bm25", "zero-shot", "oracle"):
-        a, out = run(tmp_path, f"idx-{reranker}", *common, "--index", str(bm25_corpus["index"]),
-                     "--reranker", reranker, "--save-retrieval-file", str(ref))
-        b, _ = run(tmp_path, f"file-{reranker}", *common, "--retrieval-file", str(ref), "--reranker", reranker)
+        a, out = run(tmp_path, f"idx-{reranker}", *common, "--retrieval.index", str(bm25_corpus["index"]),
+                     "--reranker", reranker, "--save_retrieval_file", str(ref))
+        b, _ = run(tmp_path, f"file-{reranker}", *common, "--retrieval_file", str(ref), "--reranker", reranker)
         assert a["ppl_word"] == pytest.approx(b["ppl_word"], rel=1e-9)
         assert a["n_scored_tokens"] == b["n_scored_tokens"] == a["n_tokens"] - 1
         assert a["n_words"] == eval_text.read_text().count(" ")
@@ -50,55 +59,144 @@ def test_index_run_then_reference_file_gives_the_same_numbers(tmp_path, tiny_gpt
     # Forbidden titles (the eval text's own headings) never come back.
     heading = eval_text.read_text().split(" = ")[1]
     assert all(not d["text"].startswith(heading + "\n") for e in entries for d in e["retrieved_docs"])
-    # Outputs describe themselves and are readable without pickle.
+    # Outputs describe themselves and are readable without pickle; the work directory is gone.
     toks = np.load(out / "tokens.npz", allow_pickle=False)
     assert toks["nll"].shape == (a["n_scored_tokens"],)
     assert (out / "results.md").read_text().startswith("| metric |")
+    assert (out / "plot.png").read_bytes()[:4] == b"\x89PNG" and not (out / "work").exists()
     assert a["retrieval"]["k1"] == 0.9 and a["retrieval"]["b"] == 0.4
+    import pyarrow.parquet as pq
+
+    strides = pq.read_table(out / "strides.parquet").to_pylist()
+    chosen = [s for s in strides if s["chosen_rank"] >= 0]
+    assert chosen and all(s["chosen_title"] and s["chosen_text"] for s in chosen)
+
+
+def test_compare_prints_one_table_and_a_plot(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text, capsys):
+    from eval.compare import main as compare
+
+    common = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL,
+              "--retrieval.index", str(bm25_corpus["index"])]
+    dirs = [str(run(tmp_path, r, *common, "--reranker", r)[1]) for r in ("none", "bm25", "oracle")]
+    capsys.readouterr()
+    assert compare(dirs) == 0
+    table = capsys.readouterr().out
+    assert table.count("\n|") >= 4 and "vs none" in table and "vs bm25" in table and "oracle" in table
+    assert (tmp_path / "comparison.png").is_file() and (tmp_path / "comparison.md").is_file()
+    assert compare([dirs[0], str(tmp_path / "missing")]) == 2
+    assert "missing" in capsys.readouterr().err
 
 
 def test_zero_shot_with_a_separate_lm_of_another_vocabulary(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
     other = tmp_path / "other_lm"
     tok = train_tokenizer([bm25_corpus["text"][:20000]], other, vocab_size=300)
     make_gpt2(other, tok, n_layer=1, n_embd=16, n_head=2, seed=3)
-    res, _ = run(tmp_path, "zs-other", "--model", str(tiny_gpt2_dir), "--text-file", str(eval_text), *SMALL,
-                 "--index", str(bm25_corpus["index"]), "--reranker", "zero-shot", "--zero-shot-model", str(other))
+    res, _ = run(tmp_path, "zs-other", "--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL,
+                 "--retrieval.index", str(bm25_corpus["index"]), "--reranker", "zero-shot", "--ranker.model", str(other))
     assert res["strides_with_document"] > 0 and np.isfinite(res["ppl_word"])
 
 
-def test_config_yaml_and_errors(tmp_path, capsys):
-    cfg_file = tmp_path / "c.yaml"
-    cfg_file.write_text("reranker: none\nquery-tokens: 8\nstride: 2\n")
-    cfg = parse_config(["--config", str(cfg_file), "--stride", "8"])
-    assert (cfg.reranker, cfg.query_tokens, cfg.stride) == ("none", 8, 8)
-    with pytest.raises(ValueError, match="needs candidates"):
-        parse_config(["--reranker", "bm25"])
-    assert main(["--reranker", "nope", "--retrieval-file", str(cfg_file), "--text-file", str(cfg_file),
-                 "--model", "x"]) == 2
-    assert "eval.ppl: error" in capsys.readouterr().err
-    helptext = build_parser().format_help()
-    for flag in ("--model", "--text-file", "--retrieval-file", "--index", "--reranker", "--zero-shot-model",
-                 "--stride", "--query-tokens", "--k", "--max-length", "--doc-max-tokens", "--zero-shot-tokens",
-                 "--batch-size", "--output-dir", "--config"):
-        assert flag in helptext
+def _cli(args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "eval.ppl", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-def test_shipped_ppl_configs_parse():
-    from pathlib import Path
+def test_killed_run_resumes_to_bit_identical_results(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
+    args = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL, "--chunk_strides", "4",
+            "--retrieval.index", str(bm25_corpus["index"]), "--reranker", "oracle"]
+    whole, _ = run(tmp_path, "whole", *args)
+    out = tmp_path / "killed"
+    p = _cli([*args, "--output_dir", str(out)])
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None and len(list((out / "work" / "chunks").glob("chunk-*.npz"))) < 3:
+        time.sleep(0.02)
+    assert p.poll() is None, "the run ended before it could be killed:\n" + p.communicate()[0]
+    os.killpg(p.pid, signal.SIGKILL)
+    p.communicate()
+    assert not (out / "results.json").exists()  # nothing that looks complete
+    rerun = _cli([*args, "--output_dir", str(out)])
+    log, _ = rerun.communicate(timeout=180)
+    assert rerun.returncode == 0, log
+    again = json.loads((out / "results.json").read_text())
+    assert again["ppl_word"] == whole["ppl_word"] and again["nll_sum"] == whole["nll_sum"]
+    a = np.load(tmp_path / "whole" / "tokens.npz")["nll"]
+    b = np.load(out / "tokens.npz")["nll"]
+    assert np.array_equal(a, b)
 
-    files = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("ppl*.yaml"))
-    assert files
-    for f in files:
-        parse_config(["--config", str(f), "--reranker", "none"])
+
+def test_other_runs_are_never_overwritten_and_reruns_are_noops(tmp_path, tiny_gpt2_dir, eval_text, capsys):
+    args = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL, "--reranker", "none"]
+    res, out = run(tmp_path, "none", *args)
+    stamp = (out / "results.json").stat().st_mtime_ns
+    assert main([*args, "--output_dir", str(out)]) == 0  # the same evaluation: nothing to do
+    assert (out / "results.json").stat().st_mtime_ns == stamp
+    assert main([*args, "--windows.stride", "8", "--output_dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "holds results of another evaluation" in err and "windows" in err
+    (out / "tokens.npz").write_bytes(b"truncated")  # a damaged output never passes as complete
+    from eval.outputs import read_complete
+
+    assert read_complete(out) is None
+
+
+def test_bad_inputs_fail_with_one_line(tmp_path, tiny_gpt2_dir, tiny_roberta_dir, bm25_corpus, eval_text, capsys,
+                                       monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --output_dir is relative
+    idx = ["--retrieval.index", str(bm25_corpus["index"])]
+
+    def fails(*args, match):
+        assert main(["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL, *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err and match in err, err
+        return err
+
+    short = tmp_path / "short.txt"
+    short.write_text(" = A = \n a few words only . \n")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    e1 = fails("--windows.doc_max_tokens", "48", *idx, match="--windows.doc_max_tokens (48) must be < L - s")
+    fails("--text.file", str(short), *idx, match="fit in one 48-token window")
+    fails("--retrieval.k", "100000", *idx, match="larger than the corpus")
+    fails("--retrieval.query_tokens", "100", *idx, match="--retrieval.query_tokens (100) must be <= L - s")
+    fails("--reranker", "bm25", "--retrieval.index", "null", match="needs candidates")
+    fails("--reranker", "nope", *idx, match="no such file or directory")
+    fails("--reranker", "cosine", *idx, match="--ranker.model")
+    fails("--retrieval.index", str(tmp_path / "no-index"), match="no-index")
+    fails("--text.file", str(tmp_path / "missing.txt"), *idx, match="missing.txt")
+    fails("--model", str(tiny_roberta_dir), *idx, match="is not a causal language model")
+    fails("--model", str(tmp_path / "no-model"), *idx, match="no-model")
+    if os.geteuid() != 0:  # root writes anywhere
+        fails("--output_dir", str(ro / "out"), *idx, match="not writable")
+    fails("--windows.strid", "3", match="strid")
+    # the same bad setting gets the same message from data generation
+    from data_gen.build import main as build_main
+
+    assert build_main(["--windows.max_length", "48", "--windows.doc_max_tokens", "48", "--out", str(tmp_path / "d")]) == 2
+    e2 = capsys.readouterr().err
+    assert e1.split("error: ", 1)[1] == e2.split("error: ", 1)[1]
+
+
+def test_help_and_print_config():
+    for mod in ("eval.ppl", "eval.retrieve", "eval.compare", "data_gen.build", "ralm.corpus", "ralm.models",
+                "demo.world"):
+        t = time.time()
+        p = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=ROOT, capture_output=True, text=True)
+        assert p.returncode == 0 and "usage:" in p.stdout, (mod, p.stderr)
+        assert time.time() - t < 30  # generous bound; bench/cli_startup.py measures it
+    p = subprocess.run([sys.executable, "-m", "eval.ppl", "--config", str(ROOT / "configs" / "ppl.yaml"),
+                        "--print_config"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0 and "windows:" in p.stdout and "stride: 4" in p.stdout
 
 
 def test_retrieve_cli_writes_what_eval_ppl_reads(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
     from eval.retrieve import main as retrieve_main
 
     out = tmp_path / "r.json"
-    assert retrieve_main(["--tokenizer", str(tiny_gpt2_dir), "--text-file", str(eval_text), "--index",
-                          str(bm25_corpus["index"]), "--output", str(out), "--stride", "4", "--max-length", "48",
-                          "--k", "4", "--query-tokens", "32"]) == 0
+    assert retrieve_main(["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), "--retrieval.index",
+                          str(bm25_corpus["index"]), "--output", str(out), "--windows.stride", "4",
+                          "--windows.max_length", "48", "--windows.doc_max_tokens", "20", "--retrieval.k", "4"]) == 0
     entries = read_reference_json(out)
     assert entries[0]["retrieved_docs"] == [] and all(len(e["retrieved_docs"]) == 4 for e in entries[1:])
     from transformers import AutoTokenizer
@@ -107,6 +205,6 @@ def test_retrieve_cli_writes_what_eval_ppl_reads(tmp_path, tiny_gpt2_dir, bm25_c
     ids = tok(eval_text.read_text(), add_special_tokens=False)["input_ids"]
     e = entries[5]  # the query is the decoded 32 tokens just before the targets: only the past
     assert e["query"] == tok.decode(ids[e["begin_location"] - 32:e["begin_location"]])
-    res, _ = run(tmp_path, "from-retrieve", "--model", str(tiny_gpt2_dir), "--text-file", str(eval_text), *SMALL,
-                 "--retrieval-file", str(out), "--reranker", "bm25")
+    res, _ = run(tmp_path, "from-retrieve", "--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL,
+                 "--retrieval_file", str(out), "--reranker", "bm25")
     assert res["strides_with_document"] == len(entries) - 1

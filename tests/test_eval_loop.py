@@ -14,14 +14,17 @@ from ralm.retrieval import Passage
 from ralm.scoring import LMScorer
 from ralm.selectors import BUILTIN, RandomCandidate
 from ralm.windows import stride_windows
+from tests.reference import strided_nll
 
 STRIDE, L, DOC_MAX, S_PRIME = 4, 48, 20, 8
 
 
-@pytest.fixture(scope="module")
-def lm(tiny_gpt2_dir):
-    model = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir).eval()
-    return model, AutoTokenizer.from_pretrained(tiny_gpt2_dir)
+@pytest.fixture(scope="module", params=["gpt2", "llama-bos"])
+def lm(request, tiny_gpt2_dir, tiny_llama_dir):
+    """A GPT-2 (no special tokens) and a Llama whose tokenizer adds BOS: documents then start with it."""
+    d = tiny_gpt2_dir if request.param == "gpt2" else tiny_llama_dir
+    model = AutoModelForCausalLM.from_pretrained(d).eval()
+    return model, AutoTokenizer.from_pretrained(d)
 
 
 @pytest.fixture(scope="module")
@@ -41,46 +44,8 @@ def setup(lm, wiki_text):
 
 
 def reference_nll(model, tok, ids, cands, strategy, seed=0):
-    """Plain transcription of eval_lm.py: one stride at a time, full logits, no batching."""
-    ids = torch.tensor(ids)
-    N, nlls, prev_end = len(ids), [], 0
-    for idx, begin in enumerate(range(0, N, STRIDE)):
-        end = min(begin + L, N)
-        trg = end - prev_end
-        window = ids[begin:end]
-        docs = cands[idx] if idx > 0 and strategy != "none" else []
-        if docs:
-            if strategy == "bm25":
-                use = [docs[0]]
-            elif strategy == "random":
-                use = [docs[int(np.random.default_rng([seed, idx]).integers(len(docs)))]]
-            else:
-                use = docs
-            inp = window.repeat(len(use), 1)
-            for j, d in enumerate(use):
-                enc = tok.encode(d.document(), max_length=DOC_MAX, truncation=True)
-                inp[j, :len(enc)] = torch.tensor(enc)
-            with torch.no_grad():
-                logits = model(inp).logits.float()
-            tok_nll = torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.size(-1)), window[1:].repeat(len(use)), reduction="none"
-            ).view(len(use), -1)
-            if strategy == "zero-shot":
-                c = int(torch.argmin(tok_nll[:, -trg - S_PRIME:-trg].sum(1)))
-            elif strategy == "oracle":
-                c = int(torch.argmin(tok_nll[:, -trg:].sum(1)))
-            else:
-                c = 0
-            nlls.append(tok_nll[c, -trg:])
-        else:
-            with torch.no_grad():
-                logits = model(window[None]).logits.float()
-            tok_nll = torch.nn.functional.cross_entropy(logits[0, :-1], window[1:], reduction="none")
-            nlls.append(tok_nll[-trg:] if trg < len(window) else tok_nll)
-        prev_end = end
-        if end == N:
-            break
-    return torch.cat(nlls).double()
+    return strided_nll(model, tok, ids, cands, strategy, stride=STRIDE, max_length=L, doc_max=DOC_MAX,
+                       s_prime=S_PRIME, seed=seed)
 
 
 @pytest.mark.parametrize("strategy", ["none", "bm25", "random", "zero-shot", "oracle"])

@@ -1,0 +1,123 @@
+"""What an ``eval.ppl`` run leaves behind, written so that nothing half-written passes as complete.
+
+``OUT/`` holds ``strides.parquet`` (per stride: NLL, tokens, the chosen passage's rank, id, title and
+text), ``tokens.npz`` (per-token NLL, token id, stride), ``plot.png`` (NLL along the text, chosen-rank
+histogram), ``results.md`` and, written last, ``results.json``: the perplexities, the run's identity
+and the sha256 of every other file. A run is complete exactly when ``results.json`` exists and the
+hashes match (:func:`read_complete`); every file is written to a temporary name and renamed, so a
+kill or a full disk leaves the previous state, never a truncated file under a final name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ralm.files import atomic_write
+
+RESULTS = "results.json"
+FILES = ("strides.parquet", "tokens.npz", "plot.png", "results.md")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_complete(out_dir: Path) -> dict | None:
+    """The results of a complete run in ``out_dir`` (all files present, hashes matching), else ``None``."""
+    p = out_dir / RESULTS
+    if not p.is_file():
+        return None
+    try:
+        res = json.loads(p.read_text())
+        for name, digest in res.get("files", {}).items():
+            if _sha256(out_dir / name) != digest:
+                return None
+    except (OSError, ValueError):
+        return None
+    return res
+
+
+def markdown_table(results: dict) -> str:
+    rows = [("reranker", results["reranker"]), ("word-level ppl", f"{results['ppl_word']:.4f}"),
+            ("token-level ppl", f"{results['ppl_token']:.4f}"), ("scored tokens", results["n_scored_tokens"]),
+            ("words (spaces)", results["n_words"]), ("text tokens N", results["n_tokens"]),
+            ("strides", results["n_strides"]), ("strides with a document", results["strides_with_document"]),
+            ("strides without a document", results["strides_without_document"])]
+    out = ["| metric | value |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]
+    if results["chosen_rank_counts"]:
+        out += ["", "| BM25 rank chosen | strides |", "|---|---|"]
+        out += [f"| {r} | {n} |" for r, n in results["chosen_rank_counts"].items()]
+    return "\n".join(out) + "\n"
+
+
+def plot(path: Path, res, title: str) -> None:
+    """NLL per stride along the text (smoothed) and the histogram of chosen BM25 ranks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [3, 1]})
+    per_tok = res.stride_nll / np.maximum(res.stride_n_tokens, 1)
+    win = max(1, len(per_tok) // 100)
+    smooth = np.convolve(per_tok, np.ones(win) / win, mode="valid")
+    a.plot(np.arange(len(smooth)) + win // 2, smooth, lw=1)
+    a.set(xlabel="stride", ylabel=f"NLL per token (mean of {win})", title=title)
+    ranks = res.chosen_rank[res.chosen_rank >= 0]
+    if ranks.size:
+        counts = np.bincount(ranks)
+        b.bar(np.arange(len(counts)), counts)
+        b.set_xticks(np.arange(len(counts)))
+    b.set(xlabel="BM25 rank chosen", ylabel="strides", title=f"no document: {int((res.chosen_rank < 0).sum())}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def write_outputs(out_dir: Path, res, *, reranker: str, n_words: int, identity: dict, meta: dict) -> dict:
+    """Write every output file, ``results.json`` last; returns the results."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ppl_strides = float(np.exp(res.nll_sum / n_words))
+    ppl_tokens = float(np.exp(res.nll_sum_tokens / n_words))
+    if not np.isclose(ppl_strides, ppl_tokens, rtol=1e-5):  # the reference's second computation
+        raise AssertionError(f"perplexity summed per stride ({ppl_strides}) != per token ({ppl_tokens})")
+    with_doc = res.chosen_rank >= 0
+    ranks, counts = np.unique(res.chosen_rank[with_doc], return_counts=True)
+    results = {
+        "reranker": reranker, "ppl_word": ppl_strides, "ppl_token": res.perplexity(res.n_tokens),
+        "ppl_word_from_tokens": ppl_tokens, "nll_sum": res.nll_sum,
+        "n_scored_tokens": int(res.token_nll.size), "n_words": n_words, "n_tokens": res.n_tokens,
+        "n_strides": int(res.stride_index.size),
+        "strides_with_document": int(with_doc.sum()), "strides_without_document": int((~with_doc).sum()),
+        "chosen_rank_counts": {int(r): int(c) for r, c in zip(ranks, counts)},
+        "word_count_convention": "number of ' ' characters in the text (reference eval_lm.py)",
+        **meta, "identity": identity,
+    }
+    (out_dir / RESULTS).unlink(missing_ok=True)  # from here until the end the run is not complete
+    get = lambda attr: [getattr(p, attr) if p is not None else "" for p in res.chosen]  # noqa: E731
+    table = pa.table({
+        "stride": res.stride_index, "nll": res.stride_nll, "n_tokens": res.stride_n_tokens,
+        "chosen_rank": res.chosen_rank, "n_candidates": res.n_candidates, "chosen_docid": get("docid"),
+        "chosen_title": get("title"), "chosen_text": get("text"),
+    })
+    atomic_write(out_dir / "strides.parquet", lambda t: pq.write_table(table, t))
+    def tokens(t):
+        with open(t, "wb") as f:
+            np.savez_compressed(f, nll=res.token_nll, token_id=res.token_ids, stride=res.token_stride)
+
+    atomic_write(out_dir / "tokens.npz", tokens)
+    atomic_write(out_dir / "plot.png", lambda t: plot(t, res, f"{reranker}: word ppl {ppl_strides:.3f}"))
+    atomic_write(out_dir / "results.md", lambda t: Path(t).write_text(markdown_table(results)))
+    results["files"] = {name: _sha256(out_dir / name) for name in FILES}
+    atomic_write(out_dir / RESULTS, lambda t: Path(t).write_text(json.dumps(results, indent=2) + "\n"))
+    return results

@@ -1,0 +1,150 @@
+"""The strided loop on Lightning: ``Trainer.predict`` over chunks of strides, each result persisted.
+
+* :class:`StrideChunks` yields this rank's pending chunks (``pending[rank::world]``) with their
+  candidates and prefix texts; it asks the candidate source for the next ``prefetch`` chunks before
+  handing out the current one, so BM25 for the next chunks runs (in the search process) while the LM
+  scores this one.
+* :class:`EvalModule` scores a chunk (:func:`eval.loop.score_chunk`) on whatever device Lightning
+  put it.
+* :class:`ChunkWriter` writes each chunk's result to ``work/chunks/chunk-NNNNNNN.npz`` atomically, so
+  a killed run resumes at the first missing chunk, and N devices or nodes each write the chunks they
+  scored (the same pattern as data generation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch.utils.data import IterableDataset
+
+from eval.loop import Chunk, ChunkResult, prefix_texts, score_chunk
+from ralm.retrieval import Passage
+from ralm.scoring import DocumentEncoder, LMScorer
+from ralm.selectors import Selector
+
+CHUNK_KEYS = ("stride_index", "stride_nll", "stride_n_tokens", "chosen_rank", "n_candidates", "token_nll")
+
+
+def chunk_path(chunks_dir: Path, index: int) -> Path:
+    return chunks_dir / f"chunk-{index:07d}.npz"
+
+
+def save_chunk(path: Path, res: ChunkResult) -> None:
+    """One chunk's result, atomically (temporary name, fsync, rename); passages as JSON bytes (no pickle)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chosen = [None if p is None else [p.docid, p.title, p.text, p.score, p.contents] for p in res.chosen]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, **{k: getattr(res, k) for k in CHUNK_KEYS},
+                 chosen=np.frombuffer(json.dumps(chosen).encode(), dtype=np.uint8))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_chunk(path: Path) -> ChunkResult | None:
+    """A saved chunk, or ``None`` if the file is missing or unreadable (then it is scored again)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in CHUNK_KEYS}
+            chosen = json.loads(z["chosen"].tobytes().decode())
+    except (OSError, ValueError, KeyError, EOFError):
+        return None
+    passages = [None if c is None else Passage(docid=c[0], title=c[1], text=c[2], score=c[3], contents=c[4])
+                for c in chosen]
+    if not (len(passages) == len(arrays["stride_index"]) == len(arrays["stride_nll"])
+            and int(arrays["stride_n_tokens"].sum()) == len(arrays["token_nll"])):
+        return None
+    return ChunkResult(**arrays, chosen=passages)
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process (0, 1 when not distributed)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class StrideChunks(IterableDataset):
+    """This rank's pending chunks as ready-to-score items (``batch_size=None``: an item is a chunk)."""
+
+    def __init__(self, ids: torch.Tensor, chunks: Sequence[Chunk], tokenizer, selector: Selector,
+                 make_candidates: Callable[[], object] | None, prefetch: int = 2):
+        self.ids, self.chunks, self.tokenizer, self.selector = ids, list(chunks), tokenizer, selector
+        self.make_candidates, self.prefetch = make_candidates, prefetch
+
+    def __iter__(self):
+        rank, size = world()
+        mine = self.chunks[rank::size]
+        source = self.make_candidates() if (self.make_candidates and self.selector.uses_documents) else None
+        try:
+            for i, chunk in enumerate(mine):
+                if source is not None:
+                    for ahead in mine[i:i + 1 + self.prefetch]:
+                        if ahead.index > 0:
+                            source.prefetch(ahead)
+                run = list(chunk.windows)
+                wins = torch.stack([self.ids[w.begin:w.end] for w in run])
+                if chunk.index == 0:
+                    cands, prefixes = [[]], [""]
+                else:
+                    cands = source.get(chunk) if source is not None else [[] for _ in run]
+                    prefixes = prefix_texts(self.tokenizer, wins, run[0].trg_len, self.selector)
+                yield {"chunk": chunk, "candidates": cands, "prefix_texts": prefixes}
+        finally:
+            if source is not None:
+                source.close()
+
+
+class EvalModule(pl.LightningModule):
+    """A frozen causal LM (and the selector's own model, if any) scoring chunks of strides."""
+
+    def __init__(self, lm: torch.nn.Module, selector: Selector, ids: torch.Tensor, tokenizer, *, doc_max_tokens: int,
+                 zero_shot_tokens: int, k: int, batch_size: int, dtype: str):
+        super().__init__()
+        self.lm = lm  # not in hparams: passed in, not rebuilt
+        self.selector = selector
+        self.ids = ids
+        self.docs = DocumentEncoder(tokenizer, doc_max_tokens)
+        self.zero_shot_tokens, self.k = zero_shot_tokens, k
+        self.batch_size, self.compute_dtype = batch_size, dtype
+        self.scorer: LMScorer | None = None
+
+    def on_predict_start(self) -> None:
+        # After Lightning moved the LM to its device: the scorer reads the device once, and the selector's
+        # own model (reranker, ranking LM) follows the LM there.
+        self.scorer = LMScorer(self.lm, batch_size=self.batch_size, dtype=self.compute_dtype)
+        self.selector.to(self.device)
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        return batch  # an item holds no tensors: the windows are cut from ``self.ids`` in the step
+
+    def predict_step(self, item: dict, batch_idx: int = 0) -> ChunkResult:
+        return score_chunk(self.ids, item["chunk"], item["candidates"], item["prefix_texts"], self.scorer,
+                           self.selector, self.docs, zero_shot_tokens=self.zero_shot_tokens, k=self.k)
+
+
+class ChunkWriter(BasePredictionWriter):
+    """Persists each chunk's result as soon as it is scored; reports progress in strides."""
+
+    def __init__(self, chunks_dir: Path, progress=None):
+        super().__init__(write_interval="batch")
+        self.dir = Path(chunks_dir)
+        self.progress = progress
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
+                           dataloader_idx=0) -> None:
+        save_chunk(chunk_path(self.dir, batch["chunk"].index), prediction)
+        if self.progress is not None:
+            self.progress.update(len(batch["chunk"].windows))
+
+
+def unbatched(item):
+    return item
