@@ -1,43 +1,40 @@
-"""Build the predictive reranker's training set: sample → retrieve (BM25) → score (frozen LM) → parquet.
+"""``python -m data_gen.build``: the predictive reranker's training set, supervised by a frozen LM.
 
-    python -m data_gen.build --examples 300000                       # paper settings (configs/build.yaml)
-    python -m data_gen.build --config configs/build.yaml --devices 4 --strategy ddp
-    python -m data_gen.build --text-file train.txt --index corpus/index --model ./tiny --max-length 128 \\
-        --doc-max-tokens 64 --examples 1000 --eval-dataset none --out out/data
+    python -m data_gen.build --config configs/build.yaml                       # paper settings, 300k examples
+    python -m data_gen.build --config configs/build.yaml --trainer.devices 8 --trainer.strategy ddp
+    python -m data_gen.build --model smollm2-135m --text.file train.txt --eval_text.file eval.txt \\
+        --retrieval.index corpus/index --windows.max_length 256 --windows.doc_max_tokens 96 --examples 1000 --out data
 
 Each example is a prefix x of the training text (the window's first L - s tokens), its next s tokens
 y, the BM25 top-k passages d_1..d_k for the query made of x's last ℓ tokens (never from x's own
 article nor from the forbidden evaluation articles), and log p(y | d_j ; x) for every j plus
-log p(y | x). Every stage works in shards and resumes after a kill; re-running a finished job does
-nothing. The result is ``OUT/*.parquet`` (load with
-``datasets.load_dataset("parquet", data_files="OUT/*.parquet")``) plus ``OUT/manifest.json``.
+log p(y | x). The stages (sample → retrieve → score → write shards) work in shards and resume after
+a kill; BM25 for later shards runs in its own process while earlier shards are scored; re-running a
+finished job checks its shards against the manifest and does nothing else. The result is
+``OUT/*.parquet`` (schema ``ralm.schema.TRAINING_SCHEMA``; ``datasets.load_dataset("parquet",
+data_files="OUT/*.parquet")``) plus ``OUT/manifest.json``.
 
-Scoring runs through a Lightning ``Trainer.predict``: ``--devices 8 --strategy ddp`` (or
-``--trainer.devices`` ...) spreads it over GPUs; several nodes: run ``--stage retrieve`` once first.
+Scoring runs through Lightning's ``Trainer.predict``: ``--trainer.devices 8 --trainer.strategy ddp``
+spreads it over GPUs; several nodes: run ``--stage retrieve`` once first (shared filesystem).
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
+import json
 import os
 import shutil
 import sys
 import time
 import types
-import typing
+from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
+from ralm.settings import WIKITEXT103_TEST, WIKITEXT103_TRAIN, Devices, Retrieval, Scoring, Text, Windows
 
-from .config import BuildConfig, BuildError, RunConfig, TrainerConfig, load_yaml, split_settings
-from .shards import (SCHEMA, Layout, atomic_save_npy, atomic_write_json, atomic_write_parquet,
-                     check_or_store_config, content_hash, file_sha256, package_versions)
+from .config import BuildConfig, BuildError, RunConfig
 
 
 def _log(msg: str) -> None:
-    print(f"[data_gen] {msg}", flush=True)
+    print(f"[data_gen] {msg}", file=sys.stderr, flush=True)
 
 
 def global_rank() -> int:
@@ -51,69 +48,40 @@ def global_rank() -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# inputs
+# inputs, checked before anything is written
 
 
-def load_tokenizer(name: str):
-    from transformers import AutoConfig, AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(name)
-        cfg = AutoConfig.from_pretrained(name)
-    except (OSError, ValueError) as e:
-        raise BuildError(f"--model {name!r}: cannot load its tokenizer/config ({e}). Pass a Hugging Face hub "
-                         "name (needs the network or a warm cache) or a local save_pretrained directory.") from e
-    return tok, cfg
-
-
-def effective_window(build: BuildConfig, model_config) -> int:
+def check_model(build: BuildConfig):
+    """The LM's tokenizer and its effective window L, after the causal-LM and vocabulary checks."""
+    from ralm.models import ModelError, check_causal_lm, load_config, load_tokenizer
     from ralm.scoring import context_length
 
     try:
-        ctx = context_length(types.SimpleNamespace(config=model_config))
-    except ValueError as e:
-        raise BuildError(f"--model {build.model!r}: {e}") from e
-    window = min(build.max_length, ctx)
-    if build.doc_max_tokens >= window - build.stride:
-        raise BuildError(f"--doc-max-tokens {build.doc_max_tokens} must be < L - s = {window} - {build.stride} "
-                         f"(L = min(--max-length, model context {ctx})); lower --doc-max-tokens")
-    return window
+        tok, cfg = load_tokenizer(build.model), load_config(build.model)
+        check_causal_lm(build.model, cfg, tok)
+    except ModelError as e:
+        raise BuildError(str(e) if "--model" in str(e) else f"--model: {e}") from None
+    window = build.windows.fitted(context_length(types.SimpleNamespace(config=cfg)))
+    build.retrieval.check_windows(build.windows, window)
+    return tok, window
 
 
-def precheck_index(index: str) -> None:
-    """Fail fast (before tokenizing the training text) on an index path that is not a Lucene index."""
-    from pathlib import Path
-
-    p = Path(index).expanduser()
-    looks_like_path = p.exists() or "/" in index or index.startswith(".")
-    if looks_like_path and not (p.is_dir() and any(p.glob("segments_*"))):
-        raise BuildError(f"--index {index!r} is not a Lucene index directory (no segments_* file). Build one with "
-                         "`python -m ralm.corpus --text-file TEXT --out DIR` and pass DIR/index, or pass a Pyserini "
-                         "prebuilt index name such as 'wikipedia-dpr-100w'.")
-
-
-def _load_text(dataset, name, split, text_file, what: str) -> str:
-    from ralm.text import load_text
-
+def _load(text: Text, what: str) -> str:
     try:
-        return load_text(dataset=dataset, name=name, split=split, text_file=text_file)
+        return text.load()
     except (FileNotFoundError, ValueError) as e:
-        raise BuildError(f"{what}: {e}") from e
+        raise BuildError(f"--{what}: {e}") from None
 
 
 def forbidden_from_eval(build: BuildConfig) -> set[str]:
     from ralm.corpus import forbidden_titles
 
-    if build.eval_text_file:
-        text = _load_text(None, None, build.eval_split, build.eval_text_file, "--eval-text-file")
-    elif build.eval_dataset and build.eval_dataset.lower() not in ("none", "null"):
-        text = _load_text(build.eval_dataset, build.eval_name, build.eval_split, None, "--eval-dataset")
-    else:
+    if not (build.retrieval.forbid_eval_titles and build.eval_text.given):
         return set()
-    titles = forbidden_titles(text)
+    titles = forbidden_titles(_load(build.eval_text, "eval_text"))
     if not titles:
-        raise BuildError("the evaluation text has no ` = Title = ` headings, so no title can be forbidden; "
-                         "pass a WikiText-layout --eval-text-file or --eval-dataset none")
+        raise BuildError("the evaluation text has no ` = Title = ` headings, so no title can be forbidden; pass a "
+                         "WikiText-layout --eval_text.file, or --eval_text.dataset null to forbid nothing")
     return titles
 
 
@@ -121,62 +89,73 @@ def forbidden_from_eval(build: BuildConfig) -> set[str]:
 # stages
 
 
-def stage_sample(layout: Layout, build: BuildConfig, tokenizer, window: int, write: bool) -> tuple[np.ndarray, pa.Table]:
+def stage_sample(layout, build: BuildConfig, tokenizer, window: int, write: bool):
+    """Token ids of the training text and the sampled example positions (cached in work/)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from .sample import sample_positions, tokenize_text
+    from .shards import atomic_save_npy, atomic_write_parquet, store_config
 
     if layout.tokens.exists() and layout.samples.exists():
-        _log("[sample] reusing work/tokens.npy and work/samples.parquet")
         return np.load(layout.tokens, mmap_mode="r"), pq.read_table(layout.samples)
     if not write:
-        raise BuildError(f"{layout.samples} is missing on a non-zero rank: run `--stage retrieve` once "
-                         "(single process) before a multi-node scoring run")
-    source = build.text_file or f"{build.dataset}/{build.dataset_name}/{build.split}"
-    text = _load_text(build.dataset, build.dataset_name, build.split, build.text_file, "training text")
+        raise BuildError(f"{layout.samples} is missing on a non-zero rank: run `--stage retrieve` once (single "
+                         "process) before a multi-node scoring run")
+    text = _load(build.text, "text")
     t0 = time.perf_counter()
     tok = tokenize_text(tokenizer, text)
-    _log(f"[sample] {source}: {len(text):,} chars → {len(tok.ids):,} tokens, {len(tok.titles):,} articles "
-         f"in {time.perf_counter() - t0:.1f}s")
-    positions = sample_positions(len(tok.ids), build.examples, window, build.stride, build.seed)
+    _log(f"[sample] {build.text.describe()}: {len(text):,} chars -> {len(tok.ids):,} tokens, {len(tok.titles):,} "
+         f"articles in {time.perf_counter() - t0:.1f}s")
+    positions = sample_positions(len(tok.ids), build.examples, window, build.windows.stride, build.seed)
     samples = pa.table({"id": np.arange(build.examples, dtype=np.int64), "position": positions,
                         "source_title": tok.title_at(positions)})
+    store_config(layout)  # every input passed: from here on the directory holds this dataset
     atomic_save_npy(layout.tokens, tok.ids)
     atomic_write_parquet(layout.samples, samples)
     return np.load(layout.tokens, mmap_mode="r"), samples
 
 
-def pending_chunks(layout: Layout, build: BuildConfig, batch_examples: int) -> list[tuple[int, list[int]]]:
+def pending_chunks(layout, batch_examples: int) -> list[tuple[int, list[int]]]:
     """(shard, example ids) scoring steps still to do: unfinished shards minus ids found in chunk files."""
     from .score import done_ids
 
     chunks = []
-    for s in range(build.n_shards):
+    for s in range(layout.build.n_shards):
         if layout.shard(s).exists():
             continue
         done = done_ids(layout.scores(s))
-        todo = [i for i in build.shard_ids(s) if i not in done]
+        todo = [i for i in layout.build.shard_ids(s) if i not in done]
         chunks += [(s, todo[j:j + batch_examples]) for j in range(0, len(todo), batch_examples)]
     return chunks
 
 
-def assemble_shard(layout: Layout, build: BuildConfig, s: int, tokens: np.ndarray, tokenizer,
-                   window: int) -> bool:
+def assemble_shard(layout, s: int, tokens, tokenizer, window: int) -> bool:
     """Write final shard ``s`` from its retrieval and score files if all its examples are scored."""
-    from .score import read_scores
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
+    from ralm.schema import TRAINING_SCHEMA
+
+    from .score import read_scores
+    from .shards import atomic_write_parquet, record_shard
+
+    build = layout.build
     if layout.shard(s).exists():
         return True
     scores = read_scores(layout.scores(s)) if layout.scores(s).is_dir() else {}
     ids = list(build.shard_ids(s))
-    if any(i not in scores for i in ids):
+    if any(i not in scores for i in ids) or not layout.retrieved(s).exists():
         return False
     rows = pq.read_table(layout.retrieved(s)).to_pydict()
     if rows["id"] != ids:
         raise BuildError(f"{layout.retrieved(s)} does not hold examples {ids[0]}..{ids[-1]}; delete {layout.work}")
-    ctx = window - build.stride
-    prefix_ids, target_ids = [], []
-    for p in rows["position"]:
-        prefix_ids.append(np.asarray(tokens[p - ctx:p], dtype=np.int32))
-        target_ids.append(np.asarray(tokens[p:p + build.stride], dtype=np.int32))
+    stride = build.windows.stride
+    ctx = window - stride
+    prefix_ids = [np.asarray(tokens[p - ctx:p], dtype=np.int32) for p in rows["position"]]
+    target_ids = [np.asarray(tokens[p:p + stride], dtype=np.int32) for p in rows["position"]]
     lm, nodoc = [], []
     for i, n in zip(ids, rows["n_candidates"]):
         cand, none = scores[i]
@@ -185,67 +164,61 @@ def assemble_shard(layout: Layout, build: BuildConfig, s: int, tokens: np.ndarra
         lm.append(cand)
         nodoc.append(none)
     table = pa.table({
-        "id": pa.array(ids, pa.int64()),
-        "source_title": rows["source_title"],
-        "position": rows["position"],
-        "prefix_text": tokenizer.batch_decode([x.tolist() for x in prefix_ids]),
-        "prefix_ids": prefix_ids,
-        "target_ids": target_ids,
-        "target_text": tokenizer.batch_decode([x.tolist() for x in target_ids]),
-        "query": rows["query"],
-        "doc_ids": rows["doc_ids"],
-        "doc_titles": rows["doc_titles"],
-        "doc_texts": rows["doc_texts"],
-        "bm25_scores": rows["bm25_scores"],
-        "lm_logprobs": lm,
-        "nodoc_logprob": pa.array(nodoc, pa.float32()),
-        "n_candidates": pa.array(rows["n_candidates"], pa.int32()),
+        "id": pa.array(ids, pa.int64()), "source_title": rows["source_title"], "position": rows["position"],
+        "prefix_text": tokenizer.batch_decode([x.tolist() for x in prefix_ids]), "prefix_ids": prefix_ids,
+        "target_ids": target_ids, "target_text": tokenizer.batch_decode([x.tolist() for x in target_ids]),
+        "query": rows["query"], "doc_ids": rows["doc_ids"], "doc_titles": rows["doc_titles"],
+        "doc_texts": rows["doc_texts"], "bm25_scores": rows["bm25_scores"], "lm_logprobs": lm,
+        "nodoc_logprob": pa.array(nodoc, pa.float32()), "n_candidates": pa.array(rows["n_candidates"], pa.int32()),
         "note": rows["note"],
-    }, schema=SCHEMA)
+    }, schema=TRAINING_SCHEMA)
     atomic_write_parquet(layout.shard(s), table)
+    record_shard(layout, layout.shard(s))
     shutil.rmtree(layout.scores(s), ignore_errors=True)
     return True
 
 
-def stage_score(layout: Layout, build: BuildConfig, run: RunConfig, window: int, rank0: bool) -> bool:
+def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int) -> bool:
     """Score the pending chunks with Lightning; returns True in the process that writes the dataset."""
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader
 
-    from ralm.scoring import load_causal_lm
+    from ralm.cli import quiet_lightning
+    from ralm.models import load_causal_lm
+    from ralm.progress import Progress
 
     from .score import ChunkDataset, LMScoringModule, ScoreWriter, unwrap
 
-    chunks = pending_chunks(layout, build, run.batch_examples)
+    quiet_lightning(run.verbose)
+    build = layout.build
+    chunks = pending_chunks(layout, run.batch_examples)
     if not chunks:
-        _log("[score] nothing left to score")
         return rank0
     n_ex = sum(len(c[1]) for c in chunks)
     if rank0:
-        _log(f"[score] {n_ex:,} example(s) in {len(chunks):,} step(s) of ≤{run.batch_examples} examples "
-             f"(≤{run.batch_examples * (build.k + 1)} LM rows of {window} tokens each)")
-    try:
-        model, _ = load_causal_lm(build.model, device="cpu")
-    except ValueError as e:
-        raise BuildError(f"--model: {e}") from e
+        _log(f"[score] {n_ex:,} example(s) in {len(chunks):,} step(s) of <= {run.batch_examples} examples "
+             f"(<= {run.batch_examples * (build.retrieval.k + 1)} LM rows of {window} tokens each)")
+    model, _ = load_causal_lm(build.model, "cpu")
     shards = sorted({s for s, _ in chunks})
     dataset = ChunkDataset(chunks, {s: str(layout.retrieved(s)) for s in shards}, str(layout.tokens), build.model,
-                           window, build.stride, build.doc_max_tokens)
+                           window, build.windows.stride, build.windows.doc_max_tokens, str(layout.retrieve_failed))
     loader = DataLoader(dataset, batch_size=1, shuffle=False, collate_fn=unwrap, num_workers=run.num_workers,
                         multiprocessing_context="spawn" if run.num_workers > 0 else None,
                         persistent_workers=run.num_workers > 0)
-    module = LMScoringModule(model, stride=build.stride, batch_size=run.batch_size, dtype=run.dtype)
-    trainer = pl.Trainer(**run.trainer.kwargs(), logger=False, enable_checkpointing=False,
-                         enable_model_summary=False, callbacks=[ScoreWriter(layout.scores_dir)],
+    module = LMScoringModule(model, stride=build.windows.stride, batch_size=run.scoring.batch_size,
+                             dtype=run.scoring.dtype)
+    bar = Progress(n_total, "score", "examples", enabled=run.progress and rank0, initial=n_total - n_ex)
+    trainer = pl.Trainer(**run.trainer.kwargs(), logger=False, enable_checkpointing=False, enable_model_summary=False,
+                         enable_progress_bar=False, callbacks=[ScoreWriter(layout.scores_dir, bar)],
                          inference_mode=True)
     t0 = time.perf_counter()
     trainer.predict(module, dataloaders=loader, return_predictions=False)
     trainer.strategy.barrier("data_gen.score.done")  # every rank's chunk files are on disk
+    bar.close()
     if trainer.is_global_zero:
         dt = time.perf_counter() - t0
-        rows = n_ex * (build.k + 1)
         _log(f"[score] {n_ex:,} examples in {dt:.1f}s: {n_ex / dt:,.1f} examples/s, "
-             f"{rows * window / dt:,.0f} LM tokens/s (world size {trainer.world_size})")
+             f"{n_ex * (build.retrieval.k + 1) * window / dt:,.0f} LM tokens/s (world size {trainer.world_size})")
     return trainer.is_global_zero
 
 
@@ -255,97 +228,104 @@ def stage_score(layout: Layout, build: BuildConfig, run: RunConfig, window: int,
 
 def build_dataset(build: BuildConfig, run: RunConfig) -> dict | None:
     """Run (or resume) the whole job; returns the manifest when the dataset is complete."""
-    import json
+    from ralm.cli import quiet_libraries
 
+    from .shards import Layout, check_config, drop_bad_shards, verify_manifest
+
+    quiet_libraries(run.verbose)
     layout = Layout(run.out, build)
     rank0 = global_rank() == 0
     if layout.manifest.exists():
-        check_or_store_config(layout, write=False)
+        check_config(layout)
         manifest = json.loads(layout.manifest.read_text())
-        missing = [p.name for p in layout.shard_paths() if not p.exists()]
-        if missing:
-            raise BuildError(f"{layout.manifest} exists but shard(s) {missing[:3]} are missing; "
-                             f"delete {layout.root} and rebuild")
+        verify_manifest(layout, manifest)
         if rank0:
-            _log(f"already complete: {manifest['examples']:,} examples in {len(manifest['shards'])} shard(s) "
-                 f"under {layout.data} (content hash {manifest['content_hash'][:16]}…); nothing to do")
+            _log(f"already complete: {manifest['examples']:,} examples in {len(manifest['shards'])} shard(s) under "
+                 f"{layout.data}, every shard matching the manifest (content hash {manifest['content_hash'][:16]}...)")
         return manifest
-    if not rank0 and not layout.config.exists():
-        raise BuildError(f"{layout.config} is missing on a non-zero rank; run `--stage retrieve` once first")
-    check_or_store_config(layout, write=rank0)
-    if rank0:  # temporaries of a killed run (old enough not to belong to a live writer on another node)
-        for f in layout.root.rglob(".*.tmp"):
+    check_config(layout)
+    from ralm.files import check_writable
+
+    check_writable(layout.root, "--out")
+    tokenizer, window = check_model(build)
+    from ralm.retrieval import check_index
+
+    check_index(build.retrieval.index)
+    forbidden = forbidden_from_eval(build)
+    if rank0:
+        for f in layout.root.rglob(".*.tmp"):  # temporaries of a killed run (not a live writer's on another node)
             if time.time() - f.stat().st_mtime > 600:
                 f.unlink(missing_ok=True)
-    tokenizer, model_config = load_tokenizer(build.model)
-    window = effective_window(build, model_config)
-    precheck_index(build.index)
+        bad = drop_bad_shards(layout)
+        if bad:
+            _log(f"{len(bad)} shard(s) no longer match the hash recorded when written ({bad[:3]}); scoring them again")
     tokens, samples = stage_sample(layout, build, tokenizer, window, write=rank0)
     if run.stage == "sample":
         return None
 
-    all_retrieved = all(layout.retrieved(s).exists() or layout.shard(s).exists() for s in range(build.n_shards))
-    if not all_retrieved:
-        if not rank0:
-            raise BuildError("retrieval results are missing on a non-zero rank; run `--stage retrieve` once first")
-        from .retrieve import run_retrieve
+    from .retrieve import RetrieveThread, run_retrieve, shards_to_retrieve
 
-        forbidden = forbidden_from_eval(build)
-        _log(f"[retrieve] {len(forbidden):,} forbidden evaluation title(s)")
-        run_retrieve(layout, build, tokenizer, tokens, samples, forbidden, run.threads, run.retrieval_batch)
-    elif rank0:
-        _log(f"[retrieve] all {build.n_shards} shard(s) already retrieved")
-    if run.stage == "retrieve":
-        return None
+    todo = shards_to_retrieve(layout)  # rank 0 retrieves them; other ranks wait for each shard they score
+    if run.stage == "retrieve" or not todo:
+        if todo and rank0:
+            _log(f"[retrieve] {len(todo)} shard(s), {len(forbidden):,} forbidden evaluation title(s)")
+            run_retrieve(layout, build.model, tokens, samples, forbidden, run.retrieval_batch, run.verbose, _log)
+        if run.stage == "retrieve":
+            return None
+        thread = None
+    else:
+        layout.retrieve_failed.unlink(missing_ok=True)
+        thread = None
+        if rank0:
+            _log(f"[retrieve] {len(todo)} shard(s) in the background, {len(forbidden):,} forbidden evaluation "
+                 "title(s); scoring starts with the first one")
+            thread = RetrieveThread(layout, build.model, tokens, samples, forbidden, run.retrieval_batch,
+                                    run.verbose, _log)
+            thread.start()
 
     if rank0:  # shards completed by a killed run (all chunks scored, shard not yet written)
         for s in range(build.n_shards):
             if not layout.shard(s).exists() and layout.scores(s).is_dir():
-                assemble_shard(layout, build, s, tokens, tokenizer, window)
-    if not stage_score(layout, build, run, window, rank0):
+                assemble_shard(layout, s, tokens, tokenizer, window)
+    writer = stage_score(layout, run, window, rank0, build.examples)
+    if thread is not None:
+        thread.join()
+        if thread.error is not None:
+            raise thread.error
+    if not writer:
         return None
-    from tqdm.auto import tqdm
-
-    for s in tqdm(range(build.n_shards), desc="write shards", unit="shard"):
-        if not assemble_shard(layout, build, s, tokens, tokenizer, window):
-            raise BuildError(f"shard {s} has unscored examples after scoring; re-run the same command")
-    return write_manifest(layout, build, run, window, tokenizer, len(tokens))
+    for s in range(build.n_shards):
+        if not assemble_shard(layout, s, tokens, tokenizer, window):
+            raise BuildError(f"shard {s} has unscored examples after scoring; rerun the same command")
+    return write_manifest(layout, run, window, tokenizer, len(tokens))
 
 
-def write_manifest(layout: Layout, build: BuildConfig, run: RunConfig, window: int, tokenizer, n_tokens: int) -> dict:
-    import json
+def write_manifest(layout, run: RunConfig, window: int, tokenizer, n_tokens: int) -> dict:
+    import pyarrow.parquet as pq
 
+    from ralm.schema import TRAINING_SCHEMA
+
+    from .shards import atomic_write_json, content_hash, file_sha256, package_versions
+
+    build = layout.build
     shards, short = [], 0
     for p in layout.shard_paths():
         meta = pq.read_metadata(p)
-        short += sum(1 for n in pq.read_table(p, columns=["n_candidates"]).column(0).to_pylist() if n < build.k)
+        short += sum(1 for n in pq.read_table(p, columns=["n_candidates"]).column(0).to_pylist() if n < build.retrieval.k)
         shards.append({"file": p.name, "rows": meta.num_rows, "sha256": file_sha256(p)})
     retrieval = json.loads(layout.retrieval_info.read_text()) if layout.retrieval_info.exists() else {}
     manifest = {
-        "examples": build.examples,
-        "content_hash": content_hash(shards),
-        "shards": shards,
+        "examples": build.examples, "content_hash": content_hash(shards), "shards": shards,
         "data_files": "*.parquet",  # relative to this manifest
-        "lm": build.model,
-        "tokenizer": build.model,
-        "tokenizer_class": type(tokenizer).__name__,
-        "vocab_size": len(tokenizer),
-        "training_text": build.text_file or f"{build.dataset}/{build.dataset_name}/{build.split}",
-        "training_text_tokens": int(n_tokens),
-        "forbidden_titles_from": build.eval_text_file or (
-            f"{build.eval_dataset}/{build.eval_name}/{build.eval_split}" if build.eval_dataset else None),
-        "index": build.index,
-        "index_fingerprint": retrieval.get("fingerprint"),
-        "corpus_passages": retrieval.get("num_docs"),
-        "n_forbidden_titles": retrieval.get("n_forbidden_titles"),
-        "k1": build.k1, "b": build.b, "k": build.k, "s": build.stride, "query_tokens": build.query_tokens,
-        "L": window, "max_length": build.max_length, "doc_max_tokens": build.doc_max_tokens, "seed": build.seed,
-        "shard_size": build.shard_size,
+        "lm": build.model, "tokenizer_class": type(tokenizer).__name__, "vocab_size": len(tokenizer),
+        "training_text": build.text.describe(), "training_text_tokens": int(n_tokens),
+        "forbidden_titles_from": build.eval_text.describe() if build.eval_text.given else None,
+        "index_fingerprint": retrieval.get("fingerprint"), "corpus_passages": retrieval.get("num_docs"),
+        "n_forbidden_titles": retrieval.get("n_forbidden_titles"), "L": window,
         "examples_with_fewer_than_k": short,
         "lm_logprobs": "sum over the s target tokens of log p (nats, float32), per candidate, BM25 rank order",
-        "schema": {f.name: str(f.type) for f in SCHEMA},
-        "config": build.to_dict(),
-        "versions": package_versions(),
+        "schema": {f.name: str(f.type) for f in TRAINING_SCHEMA},
+        "config": build.to_dict(), "versions": package_versions(),
     }
     atomic_write_json(layout.manifest, manifest)
     if not run.keep_work:
@@ -359,71 +339,48 @@ def write_manifest(layout: Layout, build: BuildConfig, run: RunConfig, window: i
 # CLI
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model: str = "gpt2",
+          text: Text = WIKITEXT103_TRAIN, eval_text: Text = WIKITEXT103_TEST, retrieval: Retrieval = Retrieval(),
+          windows: Windows = Windows(), out: str = "checkpoints/data_gen", stage: str = "all", batch_examples: int = 8,
+          scoring: Scoring = Scoring(), num_workers: int = 0, retrieval_batch: int = 256, keep_work: bool = False,
+          trainer: Devices = Devices(), verbose: bool = False, progress: bool = True) -> dict | None:
+    """Build (or resume, or check) an LM-supervised reranker training set.
 
-
-def _converter(tp):
-    args = typing.get_args(tp)
-    base = next((a for a in args if a is not type(None)), str) if args else tp
-    if type(None) in args:
-        return lambda v: None if str(v).lower() in ("none", "null", "") else base(v)
-    return base
-
-
-def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m data_gen.build", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                argument_default=argparse.SUPPRESS)
-    p.add_argument("--config", help="YAML with any of the settings below (flags override it); see configs/build.yaml")
-    hints = {**typing.get_type_hints(BuildConfig), **typing.get_type_hints(RunConfig)}
-    for title, cls in (("dataset (stored in OUT/config.json; must match on resume)", BuildConfig),
-                       ("run (may change between runs)", RunConfig)):
-        g = p.add_argument_group(title)
-        for f in dataclasses.fields(cls):
-            if f.name == "trainer":
-                continue
-            default = f.default if f.default is not dataclasses.MISSING else None
-            tp = hints[f.name]
-            if tp is bool:
-                g.add_argument(_flag(f.name), dest=f.name, action="store_true",
-                               help=f"{f.metadata.get('help', '')}")
-            else:
-                g.add_argument(_flag(f.name), dest=f.name, type=_converter(tp), metavar=f.name.upper(),
-                               help=f"{f.metadata.get('help', '')} (default: {default})")
-    g = p.add_argument_group("Lightning Trainer (scoring stage)")
-    for f in dataclasses.fields(TrainerConfig):
-        g.add_argument(_flag(f.name), f"--trainer.{f.name}", dest=f"trainer.{f.name}", metavar=f.name.upper(),
-                       help=f"{f.metadata.get('help', '')} (default: {f.default})")
-    return p
-
-
-def parse_settings(argv: list[str] | None = None) -> tuple[BuildConfig, RunConfig]:
-    args = vars(make_parser().parse_args(argv))
-    settings: dict = load_yaml(args.pop("config")) if "config" in args else {}
-    settings = dict(settings)
-    trainer = dict(settings.get("trainer") or {})
-    for k, v in args.items():
-        if k.startswith("trainer."):
-            name = k.split(".", 1)[1]
-            trainer[name] = int(v) if name == "num_nodes" else v
-        else:
-            settings[k] = v
-    settings["trainer"] = trainer
-    try:
-        return split_settings(settings)
-    except TypeError as e:
-        raise BuildError(f"bad setting: {e}") from e
+    Args:
+        examples: Training examples (sampled prefix positions). Part of the dataset's identity, as are
+            seed, shard_size, model, text, eval_text, retrieval and windows (stored in OUT/config.json).
+        seed: Seed of the position sampler.
+        shard_size: Examples per output parquet shard (the unit of resume).
+        model: The frozen causal LM that scores (its tokenizer is used too): a short name, a directory, a
+            .gguf file or a hub id.
+        text: The training text (prefixes are sampled from it).
+        eval_text: The evaluation text whose article titles are never retrieved (--eval_text.dataset null: none).
+        retrieval: BM25 candidates: index, k, query tokens, k1, b (forbid_eval_titles: use eval_text's titles).
+        windows: s (target tokens per example), L and the document budget.
+        out: Output directory (shards, manifest.json, config.json, work/).
+        stage: Stop after this stage: sample | retrieve | all (score and write the dataset). Several nodes:
+            run --stage retrieve once first, then the same command with --stage all on every node.
+        batch_examples: Examples per scoring step (each gives k+1 LM rows).
+        scoring: LM rows per forward and compute dtype.
+        num_workers: DataLoader workers building scoring batches (spawned).
+        retrieval_batch: Queries per BM25 batch.
+        keep_work: Keep OUT/work (token cache, retrieval results) after the dataset is complete.
+        trainer: Lightning devices for the scoring stage.
+        verbose: Show library and Java logging.
+        progress: Show progress (a bar on a terminal, periodic lines otherwise).
+    """
+    b = BuildConfig(examples=examples, seed=seed, shard_size=shard_size, model=model, text=text, eval_text=eval_text,
+                    retrieval=retrieval, windows=windows)
+    r = RunConfig(out=out, stage=stage, batch_examples=batch_examples, scoring=scoring, num_workers=num_workers,
+                  retrieval_batch=retrieval_batch, keep_work=keep_work, trainer=trainer, verbose=verbose,
+                  progress=progress)
+    return build_dataset(b, r)
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        build, run = parse_settings(argv)
-        build_dataset(build, run)
-    except BuildError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    from ralm.cli import run
+
+    return run(build, argv, "python -m data_gen.build", description=__doc__, after=lambda m, kw: 0)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,21 @@
-"""Stage "retrieve": BM25 top-k per example, in the main process only (the JVM does not survive fork).
+"""Stage "retrieve": BM25 top-k per example, in the search process (``ralm.search_process``).
 
 Per example: query = decode of the ℓ tokens before the targets; candidates whose title equals the
 example's source article title are excluded (the reranker must not learn to find the verbatim
 continuation), and so are the forbidden evaluation titles. Results are written per shard
 (``work/retrieved/shard-NNNNN.parquet``); finished shards are skipped on resume.
+
+With ``--stage all`` the shards are retrieved by :class:`RetrieveThread` while earlier shards are being
+scored: the scoring data waits only for the shard it needs (:func:`wait_for_shard`), so BM25 and the
+LM overlap instead of running one after the other.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Collection
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -17,36 +23,37 @@ import pyarrow as pa
 from ralm.retrieval import query_text
 
 from .config import BuildConfig, BuildError
-from .shards import RETRIEVED_SCHEMA, Layout, atomic_write_json, atomic_write_parquet
+from .shards import RETRIEVED_SCHEMA, Layout, atomic_write_bytes, atomic_write_json, atomic_write_parquet
 
 
-def open_retriever(build: BuildConfig, threads: int | None):
-    """The BM25 retriever, with input problems turned into :class:`BuildError` naming ``--index``."""
-    from ralm.retrieval import BM25Retriever
+def open_searcher(build: BuildConfig, verbose: bool = False):
+    """The BM25 search process, with input problems turned into :class:`BuildError` naming the setting."""
+    from ralm.search_process import SearchProcess
+    from ralm.settings import InputError
 
     try:
-        retriever = BM25Retriever(build.index, k1=build.k1, b=build.b, threads=threads)
-    except (ValueError, RuntimeError) as e:
-        raise BuildError(f"--index {build.index!r}: {e}") from e
-    if build.k > retriever.num_docs:
-        raise BuildError(f"--k {build.k} is larger than the corpus: index {build.index!r} has only "
-                         f"{retriever.num_docs} passage(s). Lower --k or use a larger index.")
-    return retriever
+        searcher = SearchProcess(build.retrieval.index, k1=build.retrieval.k1, b=build.retrieval.b, verbose=verbose)
+    except InputError as e:
+        raise BuildError(f"--retrieval.index {build.retrieval.index!r}: {e}") from None
+    if build.retrieval.k > searcher.num_docs:
+        searcher.close()
+        raise BuildError(f"--retrieval.k {build.retrieval.k} is larger than the corpus: index "
+                         f"{build.retrieval.index!r} has only {searcher.num_docs} passage(s). Lower --retrieval.k or "
+                         "use a larger index")
+    return searcher
 
 
-def retrieve_shard(retriever, build: BuildConfig, tokenizer, ids: np.ndarray, example_ids: np.ndarray,
-                   positions: np.ndarray, titles: list[str], forbidden: Collection[str], batch: int,
-                   progress=None) -> pa.Table:
-    """One shard's candidates as a :data:`RETRIEVED_SCHEMA` table."""
+def retrieve_shard(searcher, build: BuildConfig, tokenizer, ids: np.ndarray, example_ids: np.ndarray,
+                   positions: np.ndarray, titles: list[str], forbidden: Collection[str], batch: int) -> pa.Table:
+    """One shard's candidates as a :data:`RETRIEVED_SCHEMA` table (every batch submitted at once, so the
+    search process works through them without waiting for this thread)."""
     from ralm.corpus import detokenize_title
 
-    queries = [query_text(tokenizer, ids, int(p), build.query_tokens) for p in positions]
-    results = []
-    for i in range(0, len(queries), batch):
-        results += retriever.search(queries[i:i + batch], build.k, exclude_titles=titles[i:i + batch],
-                                    forbidden=forbidden)
-        if progress is not None:
-            progress.update(min(batch, len(queries) - i))
+    k, ell = build.retrieval.k, build.retrieval.query_tokens
+    queries = [query_text(tokenizer, ids, int(p), ell) for p in positions]
+    futures = [searcher.submit(queries[i:i + batch], k, exclude_titles=titles[i:i + batch], forbidden=forbidden)
+               for i in range(0, len(queries), batch)]
+    results = [r for f in futures for r in f.result()]
     # The source article may also carry its Wikipedia spelling (DPR: "Kiss You (One Direction song)" for
     # WikiText's "Kiss You ( One Direction song )"): exclude both spellings, per source title.
     groups: dict[str, list[int]] = {}
@@ -54,19 +61,19 @@ def retrieve_shard(retriever, build: BuildConfig, tokenizer, ids: np.ndarray, ex
         if t and detokenize_title(t) != t:
             groups.setdefault(t, []).append(i)
     for t, idx in groups.items():
-        again = retriever.search([queries[i] for i in idx], build.k, exclude_titles=[detokenize_title(t)] * len(idx),
-                                 forbidden=set(forbidden) | {t})
+        again = searcher.submit([queries[i] for i in idx], k, exclude_titles=[detokenize_title(t)] * len(idx),
+                                forbidden=set(forbidden) | {t}).result()
         for i, r in zip(idx, again):
             results[i] = r
     n_cand = [len(r) for r in results]
     notes = []
     for q, n in zip(queries, n_cand):
-        if n >= build.k:
+        if n >= k:
             notes.append("")
         elif not q.strip():
-            notes.append(f"{n} of {build.k} candidates: the query (last {build.query_tokens} tokens) is blank")
+            notes.append(f"{n} of {k} candidates: the query (last {ell} tokens) is blank")
         else:
-            notes.append(f"{n} of {build.k} candidates: the index has no more passages that match the query "
+            notes.append(f"{n} of {k} candidates: the index has no more passages that match the query "
                          "outside the source article and the forbidden titles")
     cols = {
         "id": example_ids.astype(np.int64),
@@ -83,29 +90,68 @@ def retrieve_shard(retriever, build: BuildConfig, tokenizer, ids: np.ndarray, ex
     return pa.table(cols, schema=RETRIEVED_SCHEMA)
 
 
-def run_retrieve(layout: Layout, build: BuildConfig, tokenizer, ids: np.ndarray, samples: pa.Table,
-                 forbidden: set[str], threads: int | None, batch: int) -> None:
-    """Retrieve every shard that has no result file yet (the JVM is started only if one is missing)."""
-    from tqdm.auto import tqdm
+def shards_to_retrieve(layout: Layout) -> list[int]:
+    build = layout.build
+    return [s for s in range(build.n_shards) if not layout.retrieved(s).exists() and not layout.shard(s).exists()]
 
-    todo = [s for s in range(build.n_shards) if not layout.retrieved(s).exists()
-            and not layout.shard(s).exists()]
+
+def run_retrieve(layout: Layout, model: str, ids: np.ndarray, samples: pa.Table, forbidden: set[str], batch: int,
+                 verbose: bool = False, log=print) -> None:
+    """Retrieve every shard that has no result file yet (the search process starts only if one is missing).
+
+    The tokenizer (for decoding queries) is loaded here: a fast tokenizer must not be shared between
+    this and the scoring thread."""
+    from ralm.models import load_tokenizer
+
+    build = layout.build
+    todo = shards_to_retrieve(layout)
     if not todo:
-        print(f"[retrieve] all {build.n_shards} shard(s) already retrieved", flush=True)
         return
-    retriever = open_retriever(build, threads)
-    info = {"index": build.index, "fingerprint": retriever.fingerprint(), "num_docs": retriever.num_docs,
-            "k1": retriever.k1, "b": retriever.b, "n_forbidden_titles": len(forbidden)}
-    atomic_write_json(layout.retrieval_info, info)
-    positions = samples.column("position").to_numpy()
-    titles = samples.column("source_title").to_pylist()
-    n_todo = sum(len(build.shard_ids(s)) for s in todo)
-    t0 = time.perf_counter()
-    with tqdm(total=n_todo, desc="retrieve (BM25)", unit="ex", smoothing=0.05) as bar:
-        for s in todo:
+    tokenizer = load_tokenizer(model)
+    searcher = open_searcher(build, verbose)
+    try:
+        atomic_write_json(layout.retrieval_info, {
+            "index": build.retrieval.index, "fingerprint": searcher.fingerprint(), "num_docs": searcher.num_docs,
+            "k1": build.retrieval.k1, "b": build.retrieval.b, "n_forbidden_titles": len(forbidden)})
+        positions = samples.column("position").to_numpy()
+        titles = samples.column("source_title").to_pylist()
+        t0 = last = time.perf_counter()
+        done = 0
+        for j, s in enumerate(todo):
             r = build.shard_ids(s)
-            table = retrieve_shard(retriever, build, tokenizer, ids, np.arange(r.start, r.stop),
-                                   positions[r.start:r.stop], titles[r.start:r.stop], forbidden, batch, bar)
+            table = retrieve_shard(searcher, build, tokenizer, ids, np.arange(r.start, r.stop),
+                                   positions[r.start:r.stop], titles[r.start:r.stop], forbidden, batch)
             atomic_write_parquet(layout.retrieved(s), table)
-    dt = time.perf_counter() - t0
-    print(f"[retrieve] {n_todo:,} queries in {dt:.1f}s ({n_todo / max(dt, 1e-9):,.1f} queries/s)", flush=True)
+            done += len(r)
+            now = time.perf_counter()
+            if j == len(todo) - 1 or now - last > 30:
+                last = now
+                log(f"[retrieve] {j + 1}/{len(todo)} shard(s), {done:,} queries in {now - t0:.0f}s "
+                    f"({done / max(now - t0, 1e-9):,.0f} queries/s)")
+    finally:
+        searcher.close()
+
+
+class RetrieveThread(threading.Thread):
+    """Runs :func:`run_retrieve` beside the scoring; a failure is written to ``work/retrieve.failed`` so that
+    every rank waiting for a shard stops with its message instead of waiting forever."""
+
+    def __init__(self, layout: Layout, *args, **kwargs):
+        super().__init__(daemon=True, name="data_gen-retrieve")
+        self.layout, self.args, self.kwargs = layout, args, kwargs
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            run_retrieve(self.layout, *self.args, **self.kwargs)
+        except BaseException as e:  # noqa: BLE001 - reported to the waiting scorer
+            self.error = e
+            atomic_write_bytes(self.layout.retrieve_failed, str(e).encode())
+
+
+def wait_for_shard(path: Path, failed: Path, poll: float = 0.2) -> None:
+    """Block until stage "retrieve" has written ``path`` (raise its error if it failed)."""
+    while not path.exists():
+        if failed.exists():
+            raise BuildError(f"retrieval failed: {failed.read_text()}")
+        time.sleep(poll)

@@ -7,7 +7,8 @@ document. :class:`ScoreWriter` (a ``BasePredictionWriter``) writes each step's r
 ``work/scores/shard-NNNNN/ids-FIRSTID.npz`` keyed by the example ids carried *in the batch*, so the
 same command works on 1 device, N devices (DDP) or several nodes: each rank writes the chunks it
 was given, whatever order or padding its sampler used. A chunk file is written atomically; on
-resume, the examples found in chunk files are not scored again.
+resume, the examples found in chunk files are not scored again. A chunk whose shard is still being
+retrieved (stage "retrieve" runs beside the scoring) waits for it.
 """
 
 from __future__ import annotations
@@ -58,9 +59,10 @@ class ChunkDataset(Dataset):
     """
 
     def __init__(self, chunks: list[tuple[int, list[int]]], retrieved: dict[int, str], tokens_path: str,
-                 tokenizer_name: str, window: int, stride: int, doc_max_tokens: int):
+                 tokenizer_name: str, window: int, stride: int, doc_max_tokens: int, failed_path: str = ""):
         self.chunks = chunks
         self.retrieved = retrieved
+        self.failed_path = failed_path
         self.tokens_path = tokens_path
         self.tokenizer_name = tokenizer_name
         self.window, self.stride, self.doc_max_tokens = window, stride, doc_max_tokens
@@ -73,16 +75,19 @@ class ChunkDataset(Dataset):
 
     def _rows(self, shard: int) -> dict[int, dict]:
         if self._shard[0] != shard:
+            from .retrieve import wait_for_shard
+
+            wait_for_shard(Path(self.retrieved[shard]), Path(self.failed_path))
             t = pq.read_table(self.retrieved[shard], columns=["id", "position", "doc_texts"]).to_pylist()
             self._shard = (shard, {r["id"]: r for r in t})
         return self._shard[1]
 
     def __getitem__(self, i: int) -> dict:
         if self._ids is None:
-            from transformers import AutoTokenizer
+            from ralm.models import load_tokenizer
 
             self._ids = np.load(self.tokens_path, mmap_mode="r")
-            self._encoder = DocumentEncoder(AutoTokenizer.from_pretrained(self.tokenizer_name), self.doc_max_tokens)
+            self._encoder = DocumentEncoder(load_tokenizer(self.tokenizer_name), self.doc_max_tokens)
         shard, ids = self.chunks[i]
         rows = self._rows(shard)
         windows, docs, counts = [], [], []
@@ -130,9 +135,10 @@ class LMScoringModule(pl.LightningModule):
 class ScoreWriter(BasePredictionWriter):
     """Writes each step's results as ``scores/shard-NNNNN/ids-FIRSTID.npz``, keyed by the batch's ids."""
 
-    def __init__(self, scores_root: str | Path):
+    def __init__(self, scores_root: str | Path, progress=None):
         super().__init__(write_interval="batch")
         self.root = Path(scores_root)
+        self.progress = progress
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
                            dataloader_idx=0) -> None:
@@ -140,3 +146,5 @@ class ScoreWriter(BasePredictionWriter):
         path = self.root / f"shard-{prediction['shard']:05d}" / f"ids-{int(ids[0]):09d}.npz"
         atomic_save_npz(path, ids=ids, counts=prediction["counts"].numpy().astype(np.int64),
                         logprobs=prediction["logprobs"].numpy().astype(np.float32))
+        if self.progress is not None:
+            self.progress.update(len(ids))

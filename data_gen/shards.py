@@ -1,24 +1,25 @@
-"""Files of a build: the output schema, atomic writes, the stored config, content hash, manifest.
+"""Files of a build: layout, atomic writes, the stored config, shard hashes, the manifest.
 
 Layout of ``OUT``::
 
-    config.json                       identity of the dataset (BuildConfig), written on the first run
-    train-00000-of-00300.parquet      the dataset (final shards; never rewritten)
+    config.json                       identity of the dataset (BuildConfig), written once the inputs passed
+    train-00000-of-00300.parquet      the dataset (final shards; schema ralm.schema.TRAINING_SCHEMA)
     manifest.json                     written last: the job is complete when it exists
-    work/                             resumable intermediates (deleted at the end unless --keep-work)
+    work/                             resumable intermediates (deleted at the end unless --keep_work)
         tokens.npy, samples.parquet, retrieval.json
         retrieved/shard-00000.parquet stage "retrieve"
         scores/shard-00000/*.npz      stage "score": one file per scoring step, keyed by example ids
+        shard_hashes.json             sha256 of every final shard written so far (checked on resume)
 
 Every file is written to a temporary name in its final folder and moved in place with
-``os.replace`` (atomic on POSIX), so a SIGKILL never leaves a partial file under a final name.
+``os.replace`` (atomic on POSIX), so a SIGKILL never leaves a partial file under a final name; a
+full disk is reported as one line, never as a truncated shard.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,27 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .config import BuildConfig, BuildError, identity
+from ralm.files import atomic_write
 
-#: The contract with the reranker trainer: these names and types, in this order.
-SCHEMA = pa.schema([
-    ("id", pa.int64()),
-    ("source_title", pa.string()),
-    ("position", pa.int64()),
-    ("prefix_text", pa.string()),
-    ("prefix_ids", pa.list_(pa.int32())),
-    ("target_ids", pa.list_(pa.int32())),
-    ("target_text", pa.string()),
-    ("query", pa.string()),
-    ("doc_ids", pa.list_(pa.string())),
-    ("doc_titles", pa.list_(pa.string())),
-    ("doc_texts", pa.list_(pa.string())),
-    ("bm25_scores", pa.list_(pa.float32())),
-    ("lm_logprobs", pa.list_(pa.float32())),
-    ("nodoc_logprob", pa.float32()),
-    ("n_candidates", pa.int32()),
-    ("note", pa.string()),
-])
+from .config import BuildConfig, BuildError, config_diff, identity_json
 
 #: Stage "retrieve" output per shard (input of stage "score").
 RETRIEVED_SCHEMA = pa.schema([
@@ -63,18 +46,11 @@ RETRIEVED_SCHEMA = pa.schema([
 ])
 
 
-def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+_atomic = atomic_write
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    _atomic(path, lambda t: Path(t).write_bytes(data))
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -82,28 +58,23 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def atomic_write_parquet(path: Path, table: pa.Table) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    pq.write_table(table, tmp, compression="zstd")
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    _atomic(path, lambda t: pq.write_table(table, t, compression="zstd"))
 
 
 def atomic_save_npy(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    with open(tmp, "wb") as f:
-        np.save(f, array)
-    os.replace(tmp, path)
+    def write(t):
+        with open(t, "wb") as f:
+            np.save(f, array)
+
+    _atomic(path, write)
 
 
 def atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
+    def write(t):
+        with open(t, "wb") as f:
+            np.savez(f, **arrays)
+
+    _atomic(path, write)
 
 
 class Layout:
@@ -114,13 +85,15 @@ class Layout:
         self.build = build
         self.config = self.root / "config.json"
         self.manifest = self.root / "manifest.json"
-        self.data = self.root  # shards at the top: data_files="OUT/*.parquet" (reranking.fit --data.data_dir OUT)
+        self.data = self.root  # shards at the top: reranking.fit --data.data_dir OUT
         self.work = self.root / "work"
         self.tokens = self.work / "tokens.npy"
         self.samples = self.work / "samples.parquet"
         self.retrieval_info = self.work / "retrieval.json"
         self.retrieved_dir = self.work / "retrieved"
         self.scores_dir = self.work / "scores"
+        self.hashes = self.work / "shard_hashes.json"
+        self.retrieve_failed = self.work / "retrieve.failed"
 
     def shard(self, i: int) -> Path:
         return self.data / f"train-{i:05d}-of-{self.build.n_shards:05d}.parquet"
@@ -135,38 +108,29 @@ class Layout:
         return [self.shard(i) for i in range(self.build.n_shards)]
 
 
-def _same_setting(a, b) -> bool:
-    """Equal, or two spellings (relative / absolute) of one existing file or directory."""
-    if a == b:
+def check_config(layout: Layout) -> bool:
+    """Refuse a directory that holds another dataset (or is not a data_gen output). True if config.json exists."""
+    if layout.config.exists():
+        try:
+            stored = json.loads(layout.config.read_text())
+        except ValueError:
+            raise BuildError(f"{layout.config} is not valid JSON; delete {layout.root} to start over") from None
+        diff = config_diff(stored, layout.build)
+        if diff:
+            raise BuildError(f"{layout.root} already holds a dataset built with a different configuration "
+                             f"({layout.config}): " + "; ".join(diff) + f". Use another --out, rerun with the stored "
+                             f"settings, or delete {layout.root} to start over")
         return True
-    if isinstance(a, str) and isinstance(b, str) and a and b and os.path.exists(a) and os.path.exists(b):
-        return os.path.samefile(a, b)
+    if layout.root.exists() and any(p.name != "work" for p in layout.root.iterdir()):
+        raise BuildError(f"--out {layout.root} is not empty and has no config.json: it is not a data_gen output. "
+                         "Pick an empty or new directory")
     return False
 
 
-def check_or_store_config(layout: Layout, write: bool = True) -> bool:
-    """Compare the build config with ``OUT/config.json``; store it if absent. True if it was new.
-
-    A different configuration is refused with the differing fields named.
-    """
-    mine = identity(layout.build)
-    if layout.config.exists():
-        old, new = json.loads(layout.config.read_text()), json.loads(mine)
-        diff = [f"{k}: stored {old.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(old) | set(new))
-                if not _same_setting(old.get(k), new.get(k))]
-        if diff:
-            raise BuildError(
-                f"{layout.root} already holds a dataset built with a different configuration "
-                f"({layout.config}):\n  " + "\n  ".join(diff) +
-                "\nUse another --out, or re-run with the stored settings (e.g. --config "
-                f"{layout.config} accepts this JSON's fields), or delete {layout.root} to start over.")
-        return False
-    if layout.root.exists() and any(layout.root.iterdir()):
-        raise BuildError(f"--out {layout.root} is not empty and has no config.json: it is not a data_gen output. "
-                         "Pick an empty or new directory.")
-    if write:
-        atomic_write_bytes(layout.config, (mine + "\n").encode())
-    return True
+def store_config(layout: Layout) -> None:
+    """Record the dataset's identity; called only once the inputs have been checked."""
+    if not layout.config.exists():
+        atomic_write_bytes(layout.config, (identity_json(layout.build) + "\n").encode())
 
 
 def file_sha256(path: Path) -> str:
@@ -175,6 +139,40 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def record_shard(layout: Layout, path: Path) -> None:
+    """Remember a final shard's sha256 (checked when a killed run resumes)."""
+    rec = json.loads(layout.hashes.read_text()) if layout.hashes.exists() else {}
+    rec[path.name] = file_sha256(path)
+    atomic_write_json(layout.hashes, rec)
+
+
+def drop_bad_shards(layout: Layout) -> list[str]:
+    """Delete final shards whose sha256 differs from the one recorded when they were written (a shard
+    truncated or changed since); their examples are scored again. Returns the names dropped."""
+    rec = json.loads(layout.hashes.read_text()) if layout.hashes.exists() else {}
+    bad = []
+    for p in layout.shard_paths():
+        if p.exists() and rec.get(p.name) != file_sha256(p):
+            p.unlink()
+            bad.append(p.name)
+    return bad
+
+
+def verify_manifest(layout: Layout, manifest: dict) -> None:
+    """A finished dataset's shards must be exactly the ones the manifest lists (sha256 each)."""
+    bad = []
+    for s in manifest["shards"]:
+        p = layout.data / s["file"]
+        if not p.exists():
+            bad.append(f"{s['file']} is missing")
+        elif file_sha256(p) != s["sha256"]:
+            bad.append(f"{s['file']} differs from the manifest (truncated or modified)")
+    if bad:
+        raise BuildError(f"{layout.root} is a finished dataset but {'; '.join(bad[:3])}"
+                         f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}. Delete those shards and "
+                         f"{layout.manifest.name}, then rerun the same command to rebuild them")
 
 
 def content_hash(shards: list[dict]) -> str:

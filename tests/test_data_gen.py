@@ -35,10 +35,11 @@ def dg_inputs(tmp_path_factory, wiki_text, tiny_gpt2_dir) -> dict:
 
 
 def build_args(inp: dict, out: Path, *extra: str) -> list[str]:
-    return ["--text-file", str(inp["text"]), "--index", str(inp["index"]), "--model", str(inp["model"]),
-            "--max-length", str(L), "--doc-max-tokens", str(DOC), "--stride", str(S), "--examples", "40",
-            "--shard-size", "16", "--eval-text-file", str(inp["eval"]), "--out", str(out),
-            "--batch-examples", "4", "--batch-size", "32", "--accelerator", "cpu", "--devices", "1", *extra]
+    return ["--text.file", str(inp["text"]), "--retrieval.index", str(inp["index"]), "--model", str(inp["model"]),
+            "--windows.max_length", str(L), "--windows.doc_max_tokens", str(DOC), "--windows.stride", str(S),
+            "--examples", "40", "--shard_size", "16", "--eval_text.file", str(inp["eval"]), "--out", str(out),
+            "--batch_examples", "4", "--scoring.batch_size", "32", "--trainer.accelerator", "cpu",
+            "--trainer.devices", "1", "--progress", "false", *extra]
 
 
 def cli(args: list[str], env_extra: dict | None = None, **kw) -> subprocess.Popen:
@@ -57,7 +58,7 @@ def run_cli(args: list[str], timeout: float = 180) -> tuple[int, str]:
 def built(dg_inputs, tmp_path_factory) -> dict:
     """The reference build: one uninterrupted CLI run (1 thread, like the resume and DDP runs)."""
     out = tmp_path_factory.mktemp("dg_built") / "out"
-    rc, log = run_cli(build_args(dg_inputs, out, "--keep-work"))
+    rc, log = run_cli(build_args(dg_inputs, out, "--keep_work", "true"))
     assert rc == 0, log
     return {"out": out, "manifest": json.loads((out / "manifest.json").read_text()), "log": log}
 
@@ -71,15 +72,18 @@ def load_rows(out: Path) -> list[dict]:
 def test_schema_and_manifest(built):
     import pyarrow.parquet as pq
 
-    from data_gen.shards import SCHEMA
+    from ralm.schema import TRAINING_SCHEMA as SCHEMA
 
     files = sorted(glob.glob(str(built["out"] / "*.parquet")))
     assert len(files) == 3
     for f in files:
         assert pq.read_schema(f).remove_metadata().equals(SCHEMA)
     m = built["manifest"]
-    assert m["examples"] == 40 and m["k"] == 16 and m["s"] == S and m["L"] == L and m["doc_max_tokens"] == DOC
-    assert m["corpus_passages"] > 16 and m["k1"] == 0.9 and m["b"] == 0.4 and m["n_forbidden_titles"] == 2
+    c = m["config"]
+    assert m["examples"] == 40 and c["retrieval"]["k"] == 16 and m["L"] == L
+    assert c["windows"] == {"stride": S, "max_length": L, "doc_max_tokens": DOC}
+    assert m["corpus_passages"] > 16 and c["retrieval"]["k1"] == 0.9 and c["retrieval"]["b"] == 0.4
+    assert m["n_forbidden_titles"] == 2
     assert [s["rows"] for s in m["shards"]] == [16, 16, 8]
     rows = load_rows(built["out"])
     assert [r["id"] for r in rows] == list(range(40))
@@ -132,15 +136,15 @@ def test_rerun_is_a_noop_and_other_config_refused(built, dg_inputs, capsys):
 
     before = {f: os.path.getmtime(f) for f in glob.glob(str(built["out"] / "*"))}
     assert main(build_args(dg_inputs, built["out"])) == 0
-    assert "already complete" in capsys.readouterr().out
+    assert "already complete" in capsys.readouterr().err
     assert before == {f: os.path.getmtime(f) for f in glob.glob(str(built["out"] / "*"))}
     # the same files spelled as relative paths are the same configuration
     rel = {k: (os.path.relpath(v) if k in ("text", "index") else v) for k, v in dg_inputs.items()}
     assert main(build_args(rel, built["out"])) == 0
-    assert "already complete" in capsys.readouterr().out
-    assert main(build_args(dg_inputs, built["out"], "--k", "8")) == 2
+    assert "already complete" in capsys.readouterr().err
+    assert main(build_args(dg_inputs, built["out"], "--retrieval.k", "8")) == 2
     err = capsys.readouterr().err
-    assert "different configuration" in err and "k: stored 16, now 8" in err
+    assert "different configuration" in err and "retrieval.k: stored 16, now 8" in err
 
 
 def test_kill_and_resume_gives_same_hash(built, dg_inputs, tmp_path):
@@ -166,8 +170,8 @@ def test_kill_and_resume_gives_same_hash(built, dg_inputs, tmp_path):
 def test_two_process_ddp_matches_one_process(built, dg_inputs, tmp_path):
     out = tmp_path / "out"
     args = build_args(dg_inputs, out)
-    args[args.index("--devices") + 1] = "2"
-    rc, log = run_cli(args + ["--strategy", "ddp"], timeout=240)
+    args[args.index("--trainer.devices") + 1] = "2"
+    rc, log = run_cli(args + ["--trainer.strategy", "ddp"], timeout=240)
     assert rc == 0, log
     assert "world size 2" in log
     assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
@@ -188,15 +192,16 @@ def test_bad_inputs_fail_clearly(dg_inputs, tmp_path, capsys):
 
     (tmp_path / "empty.txt").write_text(" \n \n")
     (tmp_path / "short.txt").write_text(" = A = \n a b c d \n")
-    fails("--index", str(tmp_path / "nope"), match="--index")
-    fails("--text-file", str(tmp_path / "missing.txt"), match="does not exist")
-    fails("--text-file", str(tmp_path / "empty.txt"), match="is empty")
-    fails("--text-file", str(tmp_path / "short.txt"), match="fewer than one 128-token window")
+    fails("--retrieval.index", str(tmp_path / "nope"), match="--retrieval.index")
+    fails("--text.file", str(tmp_path / "missing.txt"), match="does not exist")
+    fails("--text.file", str(tmp_path / "empty.txt"), match="is empty")
+    fails("--text.file", str(tmp_path / "short.txt"), match="fewer than one 128-token window")
     fails("--model", str(tmp_path / "no-model"), match="--model")
-    fails("--doc-max-tokens", "200", match="--doc-max-tokens")
+    fails("--windows.doc_max_tokens", "200", match="--windows.doc_max_tokens")
     fails("--examples", "100000000", match="exceeds")
-    fails("--shard-size", "0", match="--shard-size")
-    fails("--k", "100000", match="larger than the corpus")
+    fails("--shard_size", "0", match="--shard_size")
+    fails("--retrieval.k", "100000", match="larger than the corpus")
+    fails("--retrieval.kk", "3", match="--help")
 
 
 def test_index_without_raw_text_is_refused(dg_inputs, tmp_path, capsys):
@@ -209,7 +214,7 @@ def test_index_without_raw_text_is_refused(dg_inputs, tmp_path, capsys):
                     "-input", str(dg_inputs["dir"] / "jsonl"), "-index", str(idx), "-threads", "1",
                     "-memoryBuffer", "64", "-quiet", "true"], check=True, capture_output=True)
     args = build_args(dg_inputs, tmp_path / "out")
-    args[args.index("--index") + 1] = str(idx)
+    args[args.index("--retrieval.index") + 1] = str(idx)
     assert main(args) == 2
     assert "raw" in capsys.readouterr().err
 
@@ -256,16 +261,19 @@ def test_sampling_is_reproducible_and_full_length():
 
 
 def test_shipped_build_configs_parse():
-    from data_gen.config import load_yaml, split_settings
+    from data_gen.build import build
+    from ralm.cli import parse
 
     files = sorted((ROOT / "configs").rglob("build*.yaml"))
     assert files
     for f in files:
-        build, run = split_settings(load_yaml(f))
-        assert build.examples > 0 and run.trainer.kwargs()
-    build, _ = split_settings(load_yaml(ROOT / "configs" / "build.yaml"))
-    assert (build.examples, build.model, build.k, build.stride, build.query_tokens, build.max_length,
-            build.doc_max_tokens, build.index) == (300_000, "gpt2", 16, 4, 32, 1024, 256, "wikipedia-dpr-100w")
+        kw = parse(build, ["--config", str(f)], "build")
+        assert kw["examples"] > 0 and kw["trainer"].kwargs()
+    kw = parse(build, ["--config", str(ROOT / "configs" / "build.yaml")], "build")
+    r, w = kw["retrieval"], kw["windows"]
+    assert (kw["examples"], kw["model"], r.k, w.stride, r.query_tokens, w.max_length, w.doc_max_tokens, r.index) == (
+        300_000, "gpt2", 16, 4, 32, 1024, 256, "wikipedia-dpr-100w")
+    assert kw["text"].name == "wikitext-103-raw-v1" and kw["eval_text"].name == "wikitext-103-v1"
 
 
 def test_whole_text_fallback_matches_article_split(wiki_text, tiny_gpt2_dir):
@@ -281,12 +289,14 @@ def test_whole_text_fallback_matches_article_split(wiki_text, tiny_gpt2_dir):
 
 
 def test_cli_flags_override_yaml():
-    from data_gen.build import parse_settings
+    from data_gen.build import build
+    from ralm.cli import parse
 
-    build, run = parse_settings(["--config", str(ROOT / "configs" / "build.yaml"), "--k", "8",
-                                 "--trainer.devices", "2", "--strategy", "ddp", "--eval-dataset", "none"])
-    assert build.k == 8 and build.examples == 300_000 and build.eval_dataset is None
-    assert run.trainer.kwargs()["devices"] == 2 and run.trainer.strategy == "ddp"
+    kw = parse(build, ["--config", str(ROOT / "configs" / "build.yaml"), "--retrieval.k", "8",
+                       "--trainer.devices", "2", "--trainer.strategy", "ddp", "--eval_text.dataset", "null"], "build")
+    assert kw["retrieval"].k == 8 and kw["retrieval"].index == "wikipedia-dpr-100w" and kw["examples"] == 300_000
+    assert not kw["eval_text"].given
+    assert kw["trainer"].kwargs()["devices"] == 2 and kw["trainer"].strategy == "ddp"
 
 
 def test_source_article_excluded_in_both_spellings():
@@ -296,20 +306,26 @@ def test_source_article_excluded_in_both_spellings():
     from data_gen.config import BuildConfig
     from data_gen.retrieve import retrieve_shard
     from ralm.retrieval import Passage
+    from ralm.settings import Retrieval, Text, Windows
 
     written, wiki = "Kiss You ( One Direction song )", "Kiss You (One Direction song)"
     pool = [Passage(str(i), t, f"text {i}", 10.0 - i) for i, t in enumerate([written, wiki, "Other", "Plain", "Third"])]
 
-    class FakeRetriever:
-        def search(self, queries, k, exclude_titles=None, forbidden=()):
-            return [[p for p in pool if p.title != ex and p.title not in forbidden][:k] for ex in exclude_titles]
+    class FakeSearch:  # SearchProcess.submit's contract: a future of one candidate list per query
+        def submit(self, queries, k, exclude_titles=None, forbidden=()):
+            from concurrent.futures import Future
+
+            f = Future()
+            f.set_result([[p for p in pool if p.title != ex and p.title not in forbidden][:k] for ex in exclude_titles])
+            return f
 
     class Tok:
         def decode(self, ids):
             return " ".join(map(str, ids))
 
-    build = BuildConfig(examples=2, k=2, max_length=64, doc_max_tokens=8, query_tokens=4, eval_dataset=None)
-    table = retrieve_shard(FakeRetriever(), build, Tok(), np.arange(100), np.arange(2), np.array([40, 50]),
+    build = BuildConfig(examples=2, seed=0, shard_size=2, model="m", text=Text(file="t"), eval_text=Text(dataset=None),
+                        retrieval=Retrieval(index="i", k=2, query_tokens=4), windows=Windows(max_length=64, doc_max_tokens=8))
+    table = retrieve_shard(FakeSearch(), build, Tok(), np.arange(100), np.arange(2), np.array([40, 50]),
                            [written, "Plain"], set(), batch=8).to_pylist()
     assert table[0]["doc_titles"] == ["Other", "Plain"]
     assert table[1]["doc_titles"] == [written, wiki]
