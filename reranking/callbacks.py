@@ -13,6 +13,10 @@ class RerankerCheckpoint(ModelCheckpoint):
     This also writes ``last.ckpt`` after every validation and at the end of training.
     """
 
+    def __init__(self, *args, enable_version_counter: bool = False, **kwargs):
+        # A resumed run writes into its own directory: last.ckpt is replaced, never joined by last-v1.ckpt.
+        super().__init__(*args, enable_version_counter=enable_version_counter, **kwargs)
+
     def _refresh_last(self, trainer) -> None:
         if (self.save_last and not self._should_skip_saving_checkpoint(trainer)):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))

@@ -19,9 +19,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from ralm.schema import TRAINING_COLUMNS
 from reranking.inputs import InputFormat, encode_pairs
 
-REQUIRED_COLUMNS = ("id", "prefix_text", "doc_texts", "lm_logprobs")
+REQUIRED_COLUMNS = tuple(c for c in TRAINING_COLUMNS if c != "nodoc_logprob")
 OPTIONAL_COLUMNS = ("nodoc_logprob",)
 
 
@@ -89,6 +90,62 @@ class RerankCollator:
                 "ids": torch.tensor([int(r["id"]) for r in rows], dtype=torch.long)}
 
 
+class _EpochBatches:
+    """Batches of epoch ``e``: a permutation drawn from ``(seed, e)`` (never from the global RNG), this rank's
+    share of it, cut into full batches; the first ``skip`` batches are left out (a resumed epoch)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, rank: int = 0, world: int = 1):
+        self.n, self.batch_size, self.seed, self.rank, self.world = n, batch_size, seed, rank, world
+        self.epoch, self.skip = 0, 0
+
+    def _batches(self) -> list[list[int]]:
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)[self.rank::self.world]
+        return [order[i:i + self.batch_size].tolist() for i in range(0, len(order) - self.batch_size + 1,
+                                                                     self.batch_size)]
+
+    def __iter__(self):
+        return iter(self._batches()[self.skip:])
+
+    def __len__(self) -> int:
+        """Batches of a whole epoch (Lightning counts a resumed epoch's batches from its restored progress)."""
+        return len(range(self.rank, self.n, self.world)) // self.batch_size
+
+
+class ResumableLoader(DataLoader):
+    """The training loader: shuffled, sharded by rank, and able to resume mid-epoch exactly.
+
+    Its state (epoch, batches handed out in it) is saved in every Lightning checkpoint
+    (``state_dict``/``load_state_dict``), so a resumed run trains on exactly the batches an
+    uninterrupted one would have, in the same order.
+    """
+
+    def __init__(self, dataset, batch_size: int, seed: int, collate_fn, num_workers: int = 0, rank: int = 0,
+                 world: int = 1):
+        self._batches = _EpochBatches(len(dataset), batch_size, seed, rank, world)
+        super().__init__(dataset, batch_sampler=self._batches, collate_fn=collate_fn, num_workers=num_workers,
+                         persistent_workers=False, generator=torch.Generator().manual_seed(seed))
+        self._epoch, self._taken = 0, 0
+
+    def __iter__(self):
+        # An epoch whose batches were all handed out is over even if its iterator was never run to the
+        # end (Lightning stops pulling once it has the epoch's known length, e.g. after a resume).
+        if self._taken >= len(self._batches):
+            self._epoch, self._taken = self._epoch + 1, 0
+        self._batches.epoch, self._batches.skip = self._epoch, self._taken
+        for batch in super().__iter__():
+            self._taken += 1
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self._epoch, "taken": self._taken}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._epoch, self._taken = int(state["epoch"]), int(state["taken"])
+
+
 class RerankDataModule(pl.LightningDataModule):
     """Parquet shards → train / validation loaders of (example, candidates) batches.
 
@@ -103,19 +160,22 @@ class RerankDataModule(pl.LightningDataModule):
         max_prefix_tokens: prefix tokens kept from the end (the CLI links it to ``--model.max_prefix_tokens``).
         num_workers: DataLoader worker processes (tokenization runs there).
         val_batch_size: examples per validation batch (default: ``batch_size``).
+        shuffle_seed: seed of the training order (epoch e's order depends only on it and e).
     """
 
     def __init__(self, data_dir: str, tokenizer: str = "roberta-base", val_fraction: float = 0.02,
                  split_seed: int = 0, batch_size: int = 32, max_candidates: int | None = 16,
                  max_length: int = 512, max_prefix_tokens: int = 256, num_workers: int = 2,
-                 val_batch_size: int | None = None):
+                 val_batch_size: int | None = None, shuffle_seed: int = 0):
         super().__init__()
+        from ralm.settings import SettingsError
+
         if not 0.0 < val_fraction < 1.0:
-            raise ValueError(f"val_fraction={val_fraction} must be in (0, 1); e.g. --data.val_fraction 0.02")
+            raise SettingsError(f"--data.val_fraction {val_fraction} must be in (0, 1), e.g. 0.02")
         if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} must be >= 1")
+            raise SettingsError(f"--data.batch_size {batch_size} must be >= 1")
         if max_candidates is not None and max_candidates < 1:
-            raise ValueError(f"max_candidates={max_candidates} must be >= 1 or null")
+            raise SettingsError(f"--data.max_candidates {max_candidates} must be >= 1 or null")
         self.save_hyperparameters()
         self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens)
         self.train_ds = self.val_ds = None
@@ -124,18 +184,24 @@ class RerankDataModule(pl.LightningDataModule):
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
+            from ralm.models import load_tokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(self.hparams.tokenizer)
+            self._tokenizer = load_tokenizer(self.hparams.tokenizer)
         return self._tokenizer
 
     def _load(self):
         from datasets import load_dataset
 
-        ds = load_dataset("parquet", data_files=parquet_files(self.hparams.data_dir), split="train")
+        from ralm.settings import InputError
+
+        try:
+            ds = load_dataset("parquet", data_files=parquet_files(self.hparams.data_dir), split="train")
+        except (OSError, ValueError) as e:
+            raise InputError(f"--data.data_dir {self.hparams.data_dir}: a shard cannot be read "
+                             f"({str(e).splitlines()[0][:200]}); regenerate it with data_gen.build") from None
         missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
         if missing:
-            raise ValueError(f"{self.hparams.data_dir}: shards lack columns {missing} (have {ds.column_names}); "
+            raise InputError(f"{self.hparams.data_dir}: shards lack columns {missing} (have {ds.column_names}); "
                              "they must come from data_gen's score stage")
         keep = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in ds.column_names]
         return ds.select_columns(keep)
@@ -150,7 +216,9 @@ class RerankDataModule(pl.LightningDataModule):
         ds = self._load()
         val = is_validation(np.asarray(ds["id"]), self.hparams.val_fraction, self.hparams.split_seed)
         if val.all() or not val.any():
-            raise ValueError(f"val_fraction={self.hparams.val_fraction} of {len(ds)} examples leaves an empty "
+            from ralm.settings import SettingsError
+
+            raise SettingsError(f"val_fraction={self.hparams.val_fraction} of {len(ds)} examples leaves an empty "
                              "train or validation split; change --data.val_fraction")
         self.train_ds = ds.select(np.flatnonzero(~val))
         self.val_ds = ds.select(np.flatnonzero(val))
@@ -159,9 +227,13 @@ class RerankDataModule(pl.LightningDataModule):
         return RerankCollator(self.tokenizer, self.fmt, self.hparams.max_candidates, padding=padding)
 
     def train_dataloader(self):
-        return DataLoader(self.train_ds, batch_size=self.hparams.batch_size, shuffle=True, drop_last=True,
-                          collate_fn=self.collator(), num_workers=self.hparams.num_workers,
-                          persistent_workers=self.hparams.num_workers > 0)
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        if len(self.train_ds) < self.hparams.batch_size * world:
+            raise ValueError(f"{len(self.train_ds)} training examples cannot fill one batch of {self.hparams.batch_size} "
+                             f"on each of {world} device(s); lower --data.batch_size or generate more data")
+        return ResumableLoader(self.train_ds, self.hparams.batch_size, self.hparams.shuffle_seed, self.collator(),
+                               num_workers=self.hparams.num_workers, rank=rank, world=world)
 
     def val_dataloader(self):
         sampler = None

@@ -1,12 +1,17 @@
-"""Train the predictive reranker: ``python -m reranking.fit --config configs/fit.yaml``.
+"""``python -m reranking.fit --config configs/fit.yaml``: train the predictive reranker.
 
 A ``LightningCLI(run=False)`` over :class:`~reranking.system.RerankerSystem` (``model:``) and
 :class:`~reranking.data.RerankDataModule` (``data:``) plus ``trainer:``; ``--print_config`` prints the
-resolved config, and each run saves it next to its logs. Defaults: TensorBoard logs under
-``checkpoints/reranker/version_N/``, a ``ModelCheckpoint`` there keeping the best chosen-passage NLL
-(``val/nll_reranker``) and ``last.ckpt``. Resume with ``--ckpt_path .../last.ckpt``. At the end the
-best checkpoint (or the final weights if there is none) is exported to ``<run dir>/reranker/``
-(see :mod:`reranking.export`), loadable with ``reranking.export.load_reranker``.
+resolved config, and each run saves it next to its logs. Defaults: 10,000 steps, seed 0, TensorBoard
+logs under ``checkpoints/reranker/version_N/``, a ``ModelCheckpoint`` there keeping the best
+chosen-passage NLL (``val/nll_reranker``) and ``last.ckpt``.
+
+Resuming is exact: ``--ckpt_path .../version_N/checkpoints/last.ckpt`` continues in that same run
+directory (its logs, its best-checkpoint record), with the data order and random state the
+uninterrupted run would have had, so it exports the same weights. A run with a fixed
+``--trainer.logger.init_args.version`` resumes by itself when rerun. At the end the best checkpoint
+(or the final weights if there is none) is exported to ``<run dir>/reranker/`` (see
+:mod:`reranking.export`), loadable with ``reranking.export.load_reranker``.
 """
 
 from __future__ import annotations
@@ -14,32 +19,111 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lightning.pytorch.cli import LightningCLI
+from jsonargparse import ArgumentError
 
-from reranking.data import RerankDataModule
-from reranking.system import MONITOR, RerankerSystem
+from ralm.cli import USER_ERRORS, error, quiet_libraries
+
+PROG = "python -m reranking.fit"
 
 
-class RerankerCLI(LightningCLI):
-    def add_arguments_to_parser(self, parser):
-        parser.add_argument("--ckpt_path", type=str | None, default=None,
-                            help="Resume training from this Lightning checkpoint (e.g. .../last.ckpt).")
-        parser.add_argument("--export_dir", type=str | None, default=None,
-                            help="Where to export the final reranker (default: <run dir>/reranker).")
-        # One source of truth for the tokenizer and the input format: the model's settings.
-        parser.link_arguments("model.encoder", "data.tokenizer")
-        parser.link_arguments("model.max_length", "data.max_length")
-        parser.link_arguments("model.max_prefix_tokens", "data.max_prefix_tokens")
-        parser.set_defaults({
-            "trainer.logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                               "init_args": {"save_dir": "checkpoints", "name": "reranker",
-                                             "default_hp_metric": False}},
-            "trainer.callbacks": [
-                {"class_path": "reranking.callbacks.RerankerCheckpoint",
-                 "init_args": {"monitor": MONITOR, "mode": "min", "save_last": True,
-                               "filename": "best-step{step:06d}", "auto_insert_metric_name": False}},
-            ],
-        })
+def _cli_class():
+    from lightning.pytorch.cli import LightningCLI
+
+    from reranking.system import MONITOR
+
+    class RerankerCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser):
+            parser.add_argument("--ckpt_path", type=str | None, default=None,
+                                help="Resume from this checkpoint of a reranking.fit run (e.g. .../last.ckpt), in "
+                                     "the same run directory.")
+            parser.add_argument("--export_dir", type=str | None, default=None,
+                                help="Where to export the final reranker (default: <run dir>/reranker).")
+            # One source of truth for the tokenizer and the input format: the model's settings.
+            parser.link_arguments("model.encoder", "data.tokenizer")
+            parser.link_arguments("model.max_length", "data.max_length")
+            parser.link_arguments("model.max_prefix_tokens", "data.max_prefix_tokens")
+            parser.set_defaults({
+                "trainer.max_steps": 10_000,
+                "trainer.use_distributed_sampler": False,  # the loaders shard by rank themselves (exact resume)
+                "trainer.logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                                   "init_args": {"save_dir": "checkpoints", "name": "reranker",
+                                                 "default_hp_metric": False}},
+                "trainer.callbacks": [
+                    {"class_path": "reranking.callbacks.RerankerCheckpoint",
+                     "init_args": {"monitor": MONITOR, "mode": "min", "save_last": True,
+                                   "filename": "best-step{step:06d}", "auto_insert_metric_name": False}},
+                ],
+            })
+
+        def before_instantiate_classes(self) -> None:
+            check_schedule(self.config)
+            resume_in_place(self.config)
+
+    return RerankerCLI
+
+
+def check_schedule(cfg) -> None:
+    """The schedule must be finite and longer than its warm-up (checked before anything is built)."""
+    from ralm.settings import SettingsError
+
+    steps = cfg.trainer.get("max_steps", -1)
+    total = cfg.model.get("total_steps") or steps
+    warm = cfg.model.get("warmup_steps", 0)
+    if total is None or total < 0:
+        raise SettingsError("the learning-rate schedule needs a length: set --trainer.max_steps (or --model.total_steps)")
+    if total <= warm:
+        raise SettingsError(f"the schedule ({total} steps, --trainer.max_steps / --model.total_steps) must be longer than "
+                            f"its warm-up (--model.warmup_steps {warm}); lower --model.warmup_steps or raise "
+                            "--trainer.max_steps")
+
+
+def _logger_args(cfg) -> dict | None:
+    lg = cfg.trainer.get("logger")
+    if lg is None or isinstance(lg, bool) or "TensorBoardLogger" not in str(lg.get("class_path", "")):
+        return None
+    return lg["init_args"]
+
+
+def resume_in_place(cfg) -> None:
+    """Continue a run in its own directory: from ``--ckpt_path`` (its run directory becomes the logger's),
+    or, for a logger with a fixed version, from that directory's ``last.ckpt`` when it exists."""
+    from ralm.settings import InputError
+
+    args = _logger_args(cfg)
+    if args is not None:  # absolute, so that a resumed run's checkpoint directory compares equal to the first's
+        args["save_dir"] = str(Path(args.get("save_dir") or ".").resolve())
+    if cfg.ckpt_path:
+        ckpt = Path(cfg.ckpt_path)
+        check_checkpoint(ckpt)
+        if args is not None and ckpt.parent.name == "checkpoints" and len(ckpt.parents) >= 4:
+            run_dir = ckpt.resolve().parent.parent  # <save_dir>/<name>/<version>/checkpoints/last.ckpt
+            args["save_dir"], args["name"], args["version"] = str(run_dir.parent.parent), run_dir.parent.name, run_dir.name
+    elif args is not None and args.get("version") is not None:
+        last = Path(args["save_dir"]) / (args.get("name") or "") / str(args["version"]) / "checkpoints" / "last.ckpt"
+        if last.is_file():
+            check_checkpoint(last)
+            cfg.ckpt_path = str(last)
+            print(f"[reranking.fit] resuming from {last}", file=sys.stderr)
+    if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
+        raise InputError(f"--ckpt_path {cfg.ckpt_path!r} does not exist")
+
+
+def check_checkpoint(path: Path) -> None:
+    """A checkpoint to resume from must be a readable one of reranking.fit (read without unpickling code)."""
+    import torch
+
+    from ralm.settings import InputError
+    from reranking.system import CKPT_META_KEY
+
+    if not path.is_file():
+        raise InputError(f"--ckpt_path {str(path)!r} does not exist")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign: one message
+        raise InputError(f"--ckpt_path {str(path)!r} is not a readable checkpoint ({type(e).__name__}); it may be "
+                         "truncated. Use another one (checkpoints/best-*.ckpt or an earlier last.ckpt)") from None
+    if not isinstance(ckpt, dict) or CKPT_META_KEY not in ckpt or "state_dict" not in ckpt:
+        raise InputError(f"--ckpt_path {str(path)!r} is not a checkpoint of reranking.fit")
 
 
 def best_or_last_weights(trainer, system) -> None:
@@ -52,22 +136,39 @@ def best_or_last_weights(trainer, system) -> None:
         system.load_state_dict(state, strict=True)
 
 
-def main(args: list[str] | None = None) -> RerankerCLI:
-    """Run training (``args`` as on the command line; ``None`` = ``sys.argv[1:]``); returns the CLI."""
-    from reranking.export import export
+def main(args: list[str] | None = None):
+    """Run training (``args`` as on the command line; ``None`` = ``sys.argv[1:]``); returns the CLI, or the
+    exit status 2 after a one-line error."""
+    verbose = "--verbose" in (sys.argv[1:] if args is None else args)
+    if verbose:
+        args = [a for a in (sys.argv[1:] if args is None else args) if a != "--verbose"]
+    quiet_libraries(verbose)
+    try:
+        from ralm.cli import quiet_lightning
+        from reranking.data import RerankDataModule
+        from reranking.export import export
+        from reranking.system import RerankerSystem
 
-    cli = RerankerCLI(RerankerSystem, RerankDataModule, run=False, args=args,
-                      save_config_kwargs={"overwrite": True}, subclass_mode_model=False)
-    trainer, system = cli.trainer, cli.model
-    trainer.fit(system, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
-    best_or_last_weights(trainer, system)
-    log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
-    if trainer.is_global_zero:
-        out = cli.config.export_dir or str(Path(log_dir or "checkpoints") / "reranker")
-        export(system, out)
-        print(f"exported reranker to {out}", file=sys.stderr)
+        cli_class = _cli_class()
+        quiet_lightning(verbose)
+        cli = cli_class(RerankerSystem, RerankDataModule, run=False, args=args, seed_everything_default=0,
+                        save_config_kwargs={"overwrite": True}, subclass_mode_model=False,
+                        auto_configure_optimizers=False, parser_kwargs={"prog": PROG, "exit_on_error": False})
+        trainer, system = cli.trainer, cli.model
+        trainer.fit(system, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+        best_or_last_weights(trainer, system)
+        log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
+        if trainer.is_global_zero:
+            out = cli.config.export_dir or str(Path(log_dir or "checkpoints") / "reranker")
+            export(system, out)
+            print(f"exported reranker to {out}", file=sys.stderr)
+    except USER_ERRORS as e:
+        return error(PROG, e)
+    except ArgumentError as e:
+        return error(PROG, f"{e} (see {PROG} --help)")
     return cli
 
 
 if __name__ == "__main__":
-    main()
+    out = main()
+    sys.exit(out if isinstance(out, int) else 0)

@@ -16,6 +16,7 @@ their longest pair (``padding="longest"``), or to ``max_length`` for comparison 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
@@ -42,7 +43,9 @@ class InputFormat:
                 f"max_prefix_tokens={self.max_prefix_tokens} leaves no room for the passage within "
                 f"max_length={self.max_length}; lower --model.max_prefix_tokens (e.g. to max_length // 2)")
         if problems:
-            raise ValueError("InputFormat: " + "; ".join(problems))
+            from ralm.settings import SettingsError
+
+            raise SettingsError("InputFormat: " + "; ".join(problems))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,7 +58,9 @@ class InputFormat:
     def check_encoder(self, max_position_embeddings: int | None, offset: int = 0, name: str = "encoder") -> None:
         """Raise if the encoder cannot take ``max_length`` positions (RoBERTa reserves 2 of its 514)."""
         if max_position_embeddings is not None and self.max_length > max_position_embeddings - offset:
-            raise ValueError(
+            from ralm.settings import SettingsError
+
+            raise SettingsError(
                 f"max_length={self.max_length} exceeds what {name} supports "
                 f"({max_position_embeddings - offset} positions); set --model.max_length "
                 f"{max_position_embeddings - offset} or lower")
@@ -68,6 +73,26 @@ def _backend(tokenizer):
             f"encode_pairs needs a fast (Rust-backed) tokenizer, got {type(tokenizer).__name__}; "
             "load it with AutoTokenizer.from_pretrained(name) (use_fast=True is the default)")
     return backend
+
+
+@contextmanager
+def _raw(backend):
+    """The backend with its own padding and truncation off, restored afterwards.
+
+    A tokenizer file may switch them on (all-MiniLM-L6-v2's pads every encoding to 128 tokens): left on,
+    ``post_process`` would pad each pair *before* our length budget and padding, and the padding would
+    count as text in the attention mask.
+    """
+    padding_state, truncation_state = backend.padding, backend.truncation
+    backend.no_padding()
+    backend.no_truncation()
+    try:
+        yield backend
+    finally:
+        if padding_state is not None:
+            backend.enable_padding(**padding_state)
+        if truncation_state is not None:
+            backend.enable_truncation(**truncation_state)
 
 
 def encode_pairs(tokenizer, prefixes: Sequence[str], passages: Sequence[str], fmt: InputFormat,
@@ -96,41 +121,51 @@ def encode_pairs(tokenizer, prefixes: Sequence[str], passages: Sequence[str], fm
         raise ValueError(f"encode_pairs: pair_prefix has {len(pair_prefix)} entries for {len(passages)} passages")
     if padding not in ("longest", "max_length"):
         raise ValueError(f"encode_pairs: padding must be 'longest' or 'max_length', got {padding!r}")
-    backend = _backend(tokenizer)
     n_special = tokenizer.num_special_tokens_to_add(pair=True)
-    # A previous ``tokenizer(..., padding=..., truncation=...)`` call may have left padding/truncation
-    # switched on in the Rust backend; encode raw pieces without them, then restore the caller's state.
-    padding_state, truncation_state = backend.padding, backend.truncation
-    backend.no_padding()
-    backend.no_truncation()
-    try:
+    features = []
+    with _raw(_backend(tokenizer)) as backend:
         pre_enc = backend.encode_batch(list(prefixes), add_special_tokens=False)
         pas_enc = backend.encode_batch(list(passages), add_special_tokens=False)
-    finally:
-        if padding_state is not None:
-            backend.enable_padding(**padding_state)
-        if truncation_state is not None:
-            backend.enable_truncation(**truncation_state)
-    for e in pre_enc:  # keep the END of the prefix
-        e.truncate(fmt.max_prefix_tokens, direction="left")
-    ids, types = [], []
-    for j, p_enc in zip(pair_prefix, pas_enc):
-        x_enc = pre_enc[j]
-        budget = fmt.max_length - n_special - len(x_enc.ids)
-        p_enc.truncate(max(budget, 0), direction="right")  # keep the START of the passage
-        pair = backend.post_process(x_enc, p_enc, add_special_tokens=True)
-        ids.append(pair.ids)
-        types.append(pair.type_ids)
-    T = fmt.max_length if padding == "max_length" else max((len(i) for i in ids), default=0)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    input_ids = torch.full((len(ids), T), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(ids), T), dtype=torch.long)
-    token_type_ids = torch.zeros((len(ids), T), dtype=torch.long)
-    for r, (i, t) in enumerate(zip(ids, types)):
-        input_ids[r, : len(i)] = torch.tensor(i, dtype=torch.long)
-        attention_mask[r, : len(i)] = 1
-        token_type_ids[r, : len(t)] = torch.tensor(t, dtype=torch.long)
-    out = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if "token_type_ids" in tokenizer.model_input_names:
-        out["token_type_ids"] = token_type_ids
+        for e in pre_enc:  # keep the END of the prefix
+            e.truncate(fmt.max_prefix_tokens, direction="left")
+        for j, p_enc in zip(pair_prefix, pas_enc):
+            x_enc = pre_enc[j]
+            budget = fmt.max_length - n_special - len(x_enc.ids)
+            p_enc.truncate(max(budget, 0), direction="right")  # keep the START of the passage
+            pair = backend.post_process(x_enc, p_enc, add_special_tokens=True)
+            features.append({"input_ids": pair.ids, "token_type_ids": pair.type_ids})
+    return _pad(tokenizer, features, fmt.max_length if padding == "max_length" else None)
+
+
+def _pad(tokenizer, features: list[dict], length: int | None) -> dict[str, torch.Tensor]:
+    """``tokenizer.pad`` to the longest row (or ``length``): ``LongTensor[N, T]`` input ids, attention mask
+    and, for encoders that use them (BERT), token type ids."""
+    keep = [k for k in ("input_ids", "token_type_ids") if k == "input_ids" or k in tokenizer.model_input_names]
+    if not features:
+        return {k: torch.zeros((0, 0), dtype=torch.long) for k in keep + ["attention_mask"]}
+    batch = tokenizer.pad([{k: f[k] for k in keep if k in f} for f in features],
+                          padding="max_length" if length else "longest", max_length=length, return_tensors="pt",
+                          return_attention_mask=True)
+    return {k: v.long() for k, v in batch.items()}
+
+
+def encode_texts(tokenizer, texts: Sequence[str], max_tokens: int, keep: str = "start") -> dict[str, torch.Tensor]:
+    """Tokenize single texts (with the encoder's special tokens) into a batch padded to its longest.
+
+    ``keep="end"`` cuts a text from the left (a prefix: its end matters most), ``"start"`` from the
+    right (a passage). ``max_tokens`` counts the special tokens. Used by bi-encoder rankers, which
+    embed prefix and passage separately.
+    """
+    if keep not in ("start", "end"):
+        raise ValueError(f"encode_texts: keep must be 'start' or 'end', got {keep!r}")
+    room = max_tokens - tokenizer.num_special_tokens_to_add(pair=False)
+    if room < 1:
+        raise ValueError(f"encode_texts: max_tokens={max_tokens} leaves no room for text")
+    features = []
+    with _raw(_backend(tokenizer)) as backend:
+        for e in backend.encode_batch(list(texts), add_special_tokens=False):
+            e.truncate(room, direction="left" if keep == "end" else "right")
+            features.append({"input_ids": backend.post_process(e, None, add_special_tokens=True).ids})
+    out = _pad(tokenizer, features, None)
+    out.pop("token_type_ids", None)
     return out

@@ -10,7 +10,8 @@ class CrossEncoder(nn.Module):
     """f(x, d): a transformer encoder over the (prefix, passage) pair + a linear head on the first token.
 
     Args:
-        encoder: Hugging Face hub name or local directory of the encoder (``AutoModel``).
+        encoder: the encoder (``AutoModel``): a short name such as ``minilm-l6``, a local directory
+            or a hub id (see :func:`ralm.models.resolve`).
         pretrained: load the encoder's weights (``True``) or only its config, with random weights
             (``False``; used when weights come from an export or a checkpoint next).
         config: an encoder config object to build from instead of ``encoder`` (implies random weights).
@@ -20,11 +21,15 @@ class CrossEncoder(nn.Module):
 
     def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, config=None):
         super().__init__()
-        from transformers import AutoConfig, AutoModel
+        from transformers import AutoModel
+
+        from ralm.models import load_config, resolve
 
         if config is None:
-            config = AutoConfig.from_pretrained(encoder)
-            self.encoder = AutoModel.from_pretrained(encoder) if pretrained else AutoModel.from_config(config)
+            config = load_config(encoder)
+            r = resolve(encoder)
+            self.encoder = (AutoModel.from_pretrained(r.path, **r.kwargs()) if pretrained
+                            else AutoModel.from_config(config))
         else:
             self.encoder = AutoModel.from_config(config)
         # from_pretrained returns the model in eval mode, and Lightning keeps module modes as it finds

@@ -40,6 +40,10 @@ class PredictiveSelector(Selector):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def to(self, device) -> "PredictiveSelector":
+        self.model.to(device)
+        return self
+
     @torch.inference_mode()
     def scores(self, batch: StrideBatch) -> list[torch.Tensor]:
         """f(x_i, d_ij) for every stride i: a float32 CPU tensor of length ``len(batch.candidates[i])``."""
@@ -54,6 +58,80 @@ class PredictiveSelector(Selector):
             enc = {k: v.to(self.device) for k, v in enc.items()}
             flat[start: start + len(chunk)] = self.model(**enc).float().cpu()
         return list(torch.split(flat, [len(c) for c in batch.candidates]))
+
+    def select(self, batch: StrideBatch, lm_nll: torch.Tensor | None = None) -> list[int]:
+        return [int(s.argmax()) if len(s) else -1 for s in self.scores(batch)]
+
+
+class CosineSelector(Selector):
+    """A sentence encoder used as it was trained: cosine of mean-pooled prefix and passage embeddings.
+
+    The baseline that shows what LM-supervised fine-tuning adds: the same pretrained encoder the
+    predictive reranker starts from (e.g. all-MiniLM-L6-v2), with no training on LM scores. The prefix
+    is cut from the left to ``prefix_tokens`` (as the cross-encoder sees it), the passage from the right
+    to ``passage_tokens``. Passage embeddings are cached: the same passages come back stride after stride.
+    """
+
+    name = "cosine"
+
+    def __init__(self, encoder: str, prefix_tokens: int = 256, passage_tokens: int = 256, batch_size: int = 64,
+                 device: str | torch.device = "cpu", cache_size: int = 100_000):
+        from collections import OrderedDict
+
+        from transformers import AutoModel
+
+        from ralm.models import load_tokenizer, resolve
+
+        r = resolve(encoder)
+        self.model = AutoModel.from_pretrained(r.path, **r.kwargs()).eval().to(device)
+        self.tokenizer = load_tokenizer(encoder)
+        limit = getattr(self.model.config, "max_position_embeddings", 512)
+        offset = 2 if self.model.config.model_type in ("roberta", "xlm-roberta", "camembert") else 0
+        self.prefix_tokens = min(prefix_tokens, limit - offset)
+        self.passage_tokens = min(passage_tokens, limit - offset)
+        self.batch_size = batch_size
+        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._cache_size = cache_size
+
+    def to(self, device) -> "CosineSelector":
+        self.model.to(device)
+        return self
+
+    @torch.inference_mode()
+    def embed(self, texts: list[str], max_tokens: int, keep: str) -> torch.Tensor:
+        """L2-normalised mean-pooled last hidden states, ``FloatTensor[len(texts), H]`` on CPU."""
+        from reranking.inputs import encode_texts
+
+        device = next(self.model.parameters()).device
+        out = []
+        for s in range(0, len(texts), self.batch_size):
+            enc = encode_texts(self.tokenizer, texts[s:s + self.batch_size], max_tokens, keep)
+            mask = enc["attention_mask"].to(device)
+            hidden = self.model(input_ids=enc["input_ids"].to(device), attention_mask=mask).last_hidden_state
+            m = mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
+            out.append(torch.nn.functional.normalize(pooled.float(), dim=-1).cpu())
+        return torch.cat(out) if out else torch.empty(0, self.model.config.hidden_size)
+
+    def _passages(self, docs: list[str]) -> torch.Tensor:
+        missing = [d for d in dict.fromkeys(docs) if d not in self._cache]
+        if missing:
+            for d, e in zip(missing, self.embed(missing, self.passage_tokens, "start")):
+                self._cache[d] = e
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return torch.stack([self._cache[d] for d in docs])
+
+    def scores(self, batch: StrideBatch) -> list[torch.Tensor]:
+        """Cosine similarity of each stride's prefix with each of its candidates."""
+        used = [i for i, c in enumerate(batch.candidates) if c]
+        out = [torch.empty(0) for _ in batch.candidates]
+        if not used:
+            return out
+        q = self.embed([batch.prefix_texts[i] for i in used], self.prefix_tokens, "end")
+        for row, i in enumerate(used):
+            out[i] = self._passages([p.document() for p in batch.candidates[i]]) @ q[row]
+        return out
 
     def select(self, batch: StrideBatch, lm_nll: torch.Tensor | None = None) -> list[int]:
         return [int(s.argmax()) if len(s) else -1 for s in self.scores(batch)]

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from torchmetrics import SumMetric
 from torchmetrics.functional.retrieval import retrieval_normalized_dcg
@@ -36,17 +37,6 @@ def reciprocal_rank(scores: torch.Tensor, relevant: torch.Tensor, mask: torch.Te
     pos = torch.arange(1, scores.shape[1] + 1, device=scores.device, dtype=torch.float32)
     rr = (hit.float() / pos).masked_fill(~hit, 0.0)
     return rr.max(dim=1).values  # 1 / position of the first hit (positions increase along the row)
-
-
-def linear_warmup_decay(warmup_steps: int, total_steps: int):
-    """lr factor for optimizer step ``i`` (0-based): linear up to 1 over ``warmup_steps``, then linear to 0."""
-
-    def factor(i: int) -> float:
-        if i < warmup_steps:
-            return (i + 1) / warmup_steps
-        return max(0.0, (total_steps - i) / max(1, total_steps - warmup_steps))
-
-    return factor
 
 
 class RerankerSystem(pl.LightningModule):
@@ -82,7 +72,9 @@ class RerankerSystem(pl.LightningModule):
         if total_steps is not None and total_steps <= warmup_steps:
             problems.append(f"total_steps={total_steps} must exceed warmup_steps={warmup_steps}")
         if problems:
-            raise ValueError("RerankerSystem: " + "; ".join(problems))
+            from ralm.settings import SettingsError
+
+            raise SettingsError("RerankerSystem: " + "; ".join(problems))
         self.save_hyperparameters()
         self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens)
         self.model = CrossEncoder(encoder, pretrained=pretrained)
@@ -107,9 +99,9 @@ class RerankerSystem(pl.LightningModule):
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
+            from ralm.models import load_tokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(self.hparams.encoder)
+            self._tokenizer = load_tokenizer(self.hparams.encoder)
         return self._tokenizer
 
     def score_batch(self, batch: dict) -> torch.Tensor:
@@ -141,7 +133,9 @@ class RerankerSystem(pl.LightningModule):
         if not math.isfinite(total) or total <= self.hparams.warmup_steps:
             raise ValueError(f"schedule length {total} optimizer steps must be finite and exceed warmup_steps="
                              f"{self.hparams.warmup_steps}; set --trainer.max_steps or --model.total_steps")
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup_decay(self.hparams.warmup_steps, int(total)))
+        from transformers import get_linear_schedule_with_warmup
+
+        sched = get_linear_schedule_with_warmup(opt, self.hparams.warmup_steps, int(total))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
 
     # ---------------------------------------------------------------- validation
@@ -216,4 +210,21 @@ class RerankerSystem(pl.LightningModule):
         return self._meta
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        from lightning.fabric.utilities.seed import _collect_rng_states
+
         checkpoint[CKPT_META_KEY] = self.reranker_meta()
+        # dropout's random state, so that a resumed run draws what the uninterrupted one would have
+        # (numpy's key array as a tensor: checkpoints stay loadable with torch.load(weights_only=True))
+        states = _collect_rng_states(include_cuda=torch.cuda.is_available())
+        name, keys, pos, has_gauss, gauss = states["numpy"]
+        states["numpy"] = (name, torch.from_numpy(keys.astype("int64")), pos, has_gauss, gauss)
+        checkpoint["rng_states"] = states
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        from lightning.fabric.utilities.seed import _set_rng_states
+
+        if "rng_states" in checkpoint:
+            states = dict(checkpoint["rng_states"])
+            name, keys, pos, has_gauss, gauss = states["numpy"]
+            states["numpy"] = (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss)
+            _set_rng_states(states)

@@ -39,56 +39,69 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory, tiny_roberta_dir, rerank_data_dir):
-    """Train 8 steps, then resume from last.ckpt to 12 steps; returns (workdir, first run dir, resumed run dir)."""
+    """Train 8 steps, resume from last.ckpt to 12 steps (in the same run directory), and train 12 steps
+    without a break elsewhere. Returns what the tests look at."""
+    import shutil
+
     from reranking.fit import main
 
     work = tmp_path_factory.mktemp("fit")
     old_cwd, old_argv = os.getcwd(), sys.argv
-    os.chdir(work)
     sys.argv = ["reranking.fit"]
     try:
+        os.chdir(work)
         first = main(fit_args(tiny_roberta_dir, rerank_data_dir, 8))
         assert first.trainer.global_step == 8
-        run1 = work / first.trainer.log_dir
+        run = work / first.trainer.log_dir
+        after_first = {"scalars": scalars(run), "ckpts": sorted(p.name for p in (run / "checkpoints").iterdir())}
+        shutil.copytree(run / "reranker", work / "export-after-8")
         resumed = main(fit_args(tiny_roberta_dir, rerank_data_dir, 12, "--ckpt_path",
-                                str(run1 / "checkpoints" / "last.ckpt")))
+                                str(run / "checkpoints" / "last.ckpt")))
         assert resumed.trainer.global_step == 12
-        run2 = work / resumed.trainer.log_dir
+        straight_dir = tmp_path_factory.mktemp("fit_straight")
+        os.chdir(straight_dir)
+        straight = main(fit_args(tiny_roberta_dir, rerank_data_dir, 12))
+        assert straight.trainer.global_step == 12
     finally:
         os.chdir(old_cwd)
         sys.argv = old_argv
-    return work, run1, run2
+    return {"work": work, "run": run, "resumed_run": work / resumed.trainer.log_dir, "after_first": after_first,
+            "straight_run": straight_dir / straight.trainer.log_dir}
 
 
 def test_fit_logs_checkpoints_and_exports(fitted):
-    work, run1, _ = fitted
+    work, run1 = fitted["work"], fitted["run"]
     assert run1.is_relative_to(work / "checkpoints")
-    tags = scalars(run1)
+    tags = fitted["after_first"]["scalars"]
     for tag in ["train/loss", "train/lr", "val/loss", "val/nll_reranker", "val/nll_bm25", "val/nll_oracle",
                 "val/gap_captured", "val/top1_agreement", "val/mrr", "val/ndcg", "val/nll_nodoc"]:
         assert tag in tags, f"{tag} missing from TensorBoard; have {sorted(tags)}"
     assert len(tags["train/loss"]) == 8 and len(tags["val/nll_reranker"]) == 2
     lrs = [v for _, v in sorted(tags["train/lr"])]
-    assert lrs[0] == pytest.approx(0.5e-3) and max(lrs) == pytest.approx(1e-3) and lrs[-1] < lrs[2]  # warm-up, decay
+    # linear warm-up from 0 over 2 steps, then linear decay (transformers' get_linear_schedule_with_warmup)
+    assert lrs[:3] == pytest.approx([0.0, 0.5e-3, 1e-3]) and lrs[-1] < lrs[2]
     nll = {k: tags[f"val/nll_{k}"][-1][1] for k in ("reranker", "bm25", "oracle")}
     assert nll["oracle"] <= nll["reranker"] and nll["oracle"] <= nll["bm25"]
     assert tags["val/gap_captured"][-1][1] == pytest.approx(
         (nll["bm25"] - nll["reranker"]) / (nll["bm25"] - nll["oracle"]), rel=1e-4)
-    ckpts = sorted(p.name for p in (run1 / "checkpoints").iterdir())
+    ckpts = fitted["after_first"]["ckpts"]
     assert "last.ckpt" in ckpts and any(c.startswith("best-") for c in ckpts), ckpts
     assert (run1 / "config.yaml").is_file()  # resolved config saved with the run
     assert {"model.safetensors", "config.json", "reranker.json"} <= {p.name for p in (run1 / "reranker").iterdir()}
 
 
-def test_resume_continues_at_the_same_step(fitted):
-    _, run1, run2 = fitted
-    ck = torch.load(run1 / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    assert ck["global_step"] == 8
-    steps = sorted(s for s, _ in scalars(run2)["train/loss"])
-    assert steps == [8, 9, 10, 11]  # picks up at step 8, not 0
-    lr1 = dict(scalars(run1)["train/lr"])
-    lr2 = dict(scalars(run2)["train/lr"])
-    assert lr2[8] < lr1[7]  # the schedule state was restored too
+def test_resume_continues_in_place_and_equals_an_unbroken_run(fitted):
+    run = fitted["run"]
+    assert fitted["resumed_run"] == run  # same run directory: one TensorBoard curve, one best-checkpoint record
+    assert sorted(p.name for p in run.parent.iterdir()) == [run.name]
+    steps = sorted(s for s, _ in scalars(run)["train/loss"])
+    assert steps == list(range(12))  # picks up at step 8, nothing logged twice
+    assert dict(scalars(run)["train/lr"]) == pytest.approx(dict(scalars(fitted["straight_run"])["train/lr"]))
+    a = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    b = torch.load(fitted["straight_run"] / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert a["global_step"] == b["global_step"] == 12
+    for k in b["state_dict"]:  # same batches in the same order, same dropout draws: the same weights
+        assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k
 
 
 def test_export_and_checkpoint_load_to_the_same_selector(fitted, tiny_roberta_dir):
@@ -97,9 +110,11 @@ def test_export_and_checkpoint_load_to_the_same_selector(fitted, tiny_roberta_di
     from reranking.export import load_reranker
     from reranking.selector import PredictiveSelector
 
-    _, run1, _ = fitted
+    run1 = fitted["run"]
     export_dir = run1 / "reranker"
-    best = next(p for p in (run1 / "checkpoints").iterdir() if p.name.startswith("best-"))
+    bests = [p for p in (run1 / "checkpoints").iterdir() if p.name.startswith("best-")]
+    assert len(bests) == 1, bests
+    best = bests[0]
     m1, tok, fmt = load_reranker(export_dir)
     m2, _, fmt2 = load_reranker(best)
     assert fmt == fmt2 and fmt.max_length == 96 and fmt.max_prefix_tokens == 32
