@@ -33,7 +33,7 @@ PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, 
 def load_text_and_tokenizer(tmp: Path):
     from transformers import GPT2TokenizerFast
 
-    from ralm.tiny import train_tokenizer, wikitext_articles
+    from tests.tiny import train_tokenizer, wikitext_articles
 
     raw = SHARED / "wikitext-2-raw" / "wiki.test.raw"
     text = raw.read_text(encoding="utf-8") if raw.exists() else wikitext_articles(n_articles=200, seed=0)

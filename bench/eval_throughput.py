@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eval.loop import run_loop
 from ralm.retrieval import Passage
@@ -29,7 +32,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 def tokenizer_and_text():
     from transformers import GPT2TokenizerFast
 
-    from ralm.tiny import train_tokenizer, wikitext_articles
+    from tests.tiny import train_tokenizer, wikitext_articles
 
     if (SHARED / "gpt2-tokenizer" / "vocab.json").exists():
         d = SHARED / "gpt2-tokenizer"

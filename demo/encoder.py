@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from demo.world import corpus_wikitext, world_from_config
-    from ralm.tiny import make_roberta
+    from tests.tiny import make_roberta
 
     torch.set_num_threads(a.threads)
     t0 = time.time()

@@ -65,11 +65,11 @@ def main(argv: list[str] | None = None) -> int:
 
     stage("1/5 world", ["-m", "demo.world", "--out", str(world), *yaml_flags(configs / "world.yaml")],
           (world / "eval.txt").exists())
-    stage("2/5 Lucene index", ["-m", "ralm.corpus", "--text-file", str(world / "corpus.txt"), "--out", str(index)],
+    stage("2/5 Lucene index", ["-m", "ralm.corpus", "--text.file", str(world / "corpus.txt"), "--out", str(index)],
           (index / "index").is_dir())
     stage("3/5 training data", ["-m", "data_gen.build", "--config", str(configs / "build.yaml"),
-                                "--text-file", str(world / "train.txt"), "--eval-text-file", str(world / "eval.txt"),
-                                "--index", str(index / "index"), "--out", str(data)], False)
+                                "--text.file", str(world / "train.txt"), "--eval_text.file", str(world / "eval.txt"),
+                                "--retrieval.index", str(index / "index"), "--out", str(data)], False)
     stage("4/5 reranker", ["-m", "reranking.fit", "--config", str(configs / "fit.yaml"),
                            "--data.data_dir", str(data),
                            "--trainer.logger.init_args.save_dir", str(out / "logs"),
@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in RERANKERS:
         rdir = out / "ppl" / name
         stage(f"5/5 eval.ppl {name}", ["-m", "eval.ppl", "--config", str(configs / "ppl.yaml"),
-                                      "--text-file", str(world / "eval.txt"), "--index", str(index / "index"),
+                                      "--text.file", str(world / "eval.txt"), "--retrieval.index", str(index / "index"),
                                       "--reranker", str(reranker) if name == "predictive" else name,
-                                      "--output-dir", str(rdir), "--cache-dir", str(out / "retrieval_cache")],
+                                      "--output_dir", str(rdir), "--cache_dir", str(out / "retrieval_cache")],
               (rdir / "results.json").exists())
         results[name] = json.loads((rdir / "results.json").read_text())
 

@@ -28,10 +28,11 @@ def chain(tmp_path_factory, bm25_corpus, tiny_gpt2_dir, tiny_roberta_dir):
     d = tmp_path_factory.mktemp("chain")
     train = d / "train.txt"
     train.write_text(bm25_corpus["text"], encoding="utf-8")
-    run("data_gen.build", "--text-file", str(train), "--index", str(bm25_corpus["index"]), "--model",
-        str(tiny_gpt2_dir), "--max-length", str(L), "--doc-max-tokens", str(DOC), "--stride", str(S), "--k", "4",
-        "--examples", "32", "--shard-size", "16", "--eval-dataset", "none", "--out", str(d / "data"),
-        "--batch-examples", "4", "--accelerator", "cpu", "--devices", "1")
+    run("data_gen.build", "--text.file", str(train), "--retrieval.index", str(bm25_corpus["index"]), "--model",
+        str(tiny_gpt2_dir), "--windows.max_length", str(L), "--windows.doc_max_tokens", str(DOC),
+        "--windows.stride", str(S), "--retrieval.k", "4", "--examples", "32", "--shard_size", "16",
+        "--eval_text.dataset", "null", "--out", str(d / "data"), "--batch_examples", "4",
+        "--trainer.accelerator", "cpu", "--trainer.devices", "1")
     run("reranking.fit", "--config", str(ROOT / "configs" / "fit.yaml"), "--model.encoder", str(tiny_roberta_dir),
         "--model.max_length", "64", "--model.max_prefix_tokens", "24", "--model.warmup_steps", "1",
         "--data.data_dir", str(d / "data"), "--data.val_fraction", "0.25", "--data.batch_size", "4",
@@ -69,9 +70,10 @@ def test_eval_with_the_trained_reranker(chain, tiny_gpt2_dir, bm25_corpus):
     results = {}
     for name, reranker in (("export", chain / "export"), ("ckpt", ckpt)):
         out = chain / f"ppl-{name}"
-        assert main(["--model", str(tiny_gpt2_dir), "--text-file", str(text), "--index", str(bm25_corpus["index"]),
-                     "--reranker", str(reranker), "--stride", str(S), "--max-length", str(L), "--doc-max-tokens",
-                     str(DOC), "--k", "4", "--output-dir", str(out)]) == 0
+        assert main(["--model", str(tiny_gpt2_dir), "--text.file", str(text),
+                     "--retrieval.index", str(bm25_corpus["index"]), "--reranker", str(reranker),
+                     "--windows.stride", str(S), "--windows.max_length", str(L), "--windows.doc_max_tokens", str(DOC),
+                     "--retrieval.k", "4", "--output_dir", str(out), "--trainer.accelerator", "cpu"]) == 0
         results[name] = json.loads((out / "results.json").read_text())
         assert results[name]["strides_with_document"] > 0 and np.isfinite(results[name]["ppl_word"])
         assert sum(results[name]["chosen_rank_counts"].values()) == results[name]["strides_with_document"]

@@ -109,3 +109,70 @@ def make_roberta(out_dir: str | Path, tokenizer, num_hidden_layers: int = 2, hid
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return model
+
+
+def train_bos_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int = 512):
+    """A byte-level BPE tokenizer that *adds* a BOS token (``<s>``) to every encoding, as Llama-2's does.
+
+    Exercises the tokenization rules that differ from GPT-2's: the evaluation text is tokenized without
+    special tokens, while documents are encoded with them (``tokenizer.encode``, as the reference does).
+    """
+    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(list(texts), vocab_size=vocab_size, min_frequency=1, special_tokens=["<unk>", "<s>", "</s>"])
+    bos = bpe.token_to_id("<s>")
+    bpe._tokenizer.post_processor = TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>",
+                                  unk_token="<unk>", pad_token="</s>")
+    tok.model_max_length = 1_000_000
+    tok.save_pretrained(out_dir)
+    return tok
+
+
+def make_llama(out_dir: str | Path, tokenizer, hidden_size: int = 32, num_hidden_layers: int = 2,
+               num_attention_heads: int = 4, num_key_value_heads: int = 2, max_position_embeddings: int = 1024,
+               seed: int = 0):
+    """A randomly initialised Llama (grouped-query attention, RoPE, SiLU MLP), saved with its tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
+                         num_key_value_heads=num_key_value_heads, max_position_embeddings=max_position_embeddings,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return model
+
+
+def make_bert(out_dir: str | Path, texts: Iterable[str], vocab_size: int = 600, hidden_size: int = 32,
+              num_hidden_layers: int = 2, num_attention_heads: int = 2, max_position_embeddings: int = 128, seed: int = 0):
+    """A randomly initialised BERT encoder with a locally trained uncased WordPiece tokenizer
+    (``[CLS] a [SEP] b [SEP]`` pairs with token type ids, as MiniLM's)."""
+    import torch
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import AutoModel, BertConfig, BertTokenizerFast
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wp = BertWordPieceTokenizer(lowercase=True)
+    wp.train_from_iterator(list(texts), vocab_size=vocab_size, min_frequency=1)
+    tok = BertTokenizerFast(tokenizer_object=wp._tokenizer, unk_token="[UNK]", sep_token="[SEP]",
+                            pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+    tok.model_max_length = max_position_embeddings
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(tok), hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                        num_attention_heads=num_attention_heads, intermediate_size=4 * hidden_size,
+                        max_position_embeddings=max_position_embeddings, pad_token_id=tok.pad_token_id)
+    model = AutoModel.from_config(config)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return model
