@@ -2,7 +2,7 @@
 
 A scoring step takes a *chunk* of examples of one shard and scores all their rows in one
 :class:`ralm.scoring.LMScorer` call: for each example its ``n_candidates`` document rows (the
-document's tokens overwrite the window's first positions, DESIGN §2.4) and one row without a
+document's tokens overwrite the window's first positions, METHOD §2.4) and one row without a
 document. :class:`ScoreWriter` (a ``BasePredictionWriter``) writes each step's results to
 ``work/scores/shard-NNNNN/ids-FIRSTID.npz`` keyed by the example ids carried *in the batch*, so the
 same command works on 1 device, N devices (DDP) or several nodes: each rank writes the chunks it

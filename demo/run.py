@@ -8,7 +8,8 @@ YAML from ``configs/demo/``; only the configuration differs:
 3. ``python -m data_gen.build``    — LM-supervised training data (the committed demo LM)
 4. ``python -m reranking.fit``     — the predictive reranker (fine-tunes ``demo/assets/encoder``, a
    2-layer RoBERTa pretrained on the world by ``python -m demo.encoder``)
-5. ``python -m eval.ppl`` × 5      — none / bm25 / zero-shot / predictive / oracle
+5. ``python -m eval.ppl`` × 5      — none / bm25 / zero-shot / predictive / oracle, then
+   ``python -m eval.compare`` over them (one table, one plot)
 
 Finished stages are reused, so a second run only prints the table.
 """
@@ -85,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
               (rdir / "results.json").exists())
         results[name] = json.loads((rdir / "results.json").read_text())
 
-    print("\n| reranker | word-level ppl | token-level ppl | strides with a document |\n|---|---|---|---|")
-    for name, r in results.items():
-        print(f"| {name} | {r['ppl_word']:.3f} | {r['ppl_token']:.3f} | {r['strides_with_document']} |")
+    print(flush=True)
+    subprocess.run([sys.executable, "-m", "eval.compare", *(str(out / "ppl" / n) for n in RERANKERS)], check=True,
+                   cwd=ROOT)  # the table, plus runs/demo/ppl/comparison.{md,png}
     ppl = {name: r["ppl_word"] for name, r in results.items()}
     (out / "summary.json").write_text(json.dumps({"ppl_word": ppl, "ordering_holds": ordering_holds(ppl)}, indent=1))
     print(f"\nexpected ordering (none > bm25 > predictive, zero-shot < bm25, oracle lowest): "
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nTensorBoard:   .venv/bin/tensorboard --logdir {out / 'logs'}")
     print(f"summary:       {out / 'summary.json'}")
     print(f"world:         {world}\nLucene index:  {index / 'index'}\ntraining data: {data}\n"
-          f"reranker:      {reranker}\nperplexities:  {out / 'ppl'}/<reranker>/results.json")
+          f"reranker:      {reranker}\nperplexities:  {out / 'ppl'}/<reranker>/results.json (+ results.md, plot.png)\n"
+          f"comparison:    {out / 'ppl' / 'comparison.md'}, {out / 'ppl' / 'comparison.png'}")
     print(f"total: {time.time() - t0:.0f}s")
     return 0
 

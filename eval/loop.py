@@ -1,4 +1,4 @@
-"""The strided RALM perplexity loop of DESIGN §2, batched, one chunk of strides at a time.
+"""The strided RALM perplexity loop of METHOD §2, batched, one chunk of strides at a time.
 
 Reference semantics (AI21Labs/in-context-ralm ``eval_lm.py``), kept exactly: the same windows, the
 same queries (only the past), documents overwriting the window start, zero-shot ranking on the s'

@@ -107,7 +107,7 @@ def forbidden_titles(text: str | Iterable[str], detokenize: bool = True) -> set[
     """Titles of the level-1 headings (`` = Title = ``) of an evaluation text.
 
     Passages with these titles come from the evaluated articles themselves, so retrieval must skip
-    them (DESIGN §4: derived from the text, never from a hand-kept list). With ``detokenize`` each
+    them (METHOD §4: derived from the text, never from a hand-kept list). With ``detokenize`` each
     title is returned both as written (matches a corpus built from WikiText) and in Wikipedia
     spelling (matches DPR passage titles), see :func:`detokenize_title`.
     """

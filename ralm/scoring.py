@@ -1,6 +1,6 @@
 """The frozen causal LM as a scorer: NLL of target tokens given ``[document ; window]``.
 
-DESIGN §2.4: the tokenized document *overwrites the first positions* of the window; labels stay the
+METHOD §2.4: the tokenized document *overwrites the first positions* of the window; labels stay the
 original window tokens. Everything that is expensive lives here, so the speed levers are here too:
 
 * only the positions whose log-probabilities are needed go through the LM head

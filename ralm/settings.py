@@ -1,4 +1,4 @@
-"""Settings every entry point shares, each default written once (the paper's values, DESIGN §1).
+"""Settings every entry point shares, each default written once (the paper's values, METHOD §1).
 
 Small frozen dataclasses that check themselves. Every CLI is generated from typed signatures that
 take these groups (:mod:`ralm.cli`), so a concept has one flag name and one YAML key everywhere
@@ -32,7 +32,7 @@ def _positive(obj, group: str, names: tuple[str, ...]) -> list[str]:
 
 @dataclass(frozen=True)
 class Windows:
-    """How the frozen LM reads text: strided windows whose first positions hold the document (DESIGN §2).
+    """How the frozen LM reads text: strided windows whose first positions hold the document (METHOD §2).
 
     Args:
         stride: s: retrieval happens every s tokens; in data generation, the target tokens per example.
@@ -84,7 +84,7 @@ class Retrieval:
         k1: BM25 k1.
         b: BM25 b.
         forbid_eval_titles: Never retrieve passages titled like an article (`` = Title = `` heading) of the
-            evaluated text (DESIGN §4).
+            evaluated text (METHOD §4).
     """
 
     index: str | None = "wikipedia-dpr-100w"

@@ -1,4 +1,4 @@
-"""Evaluation and training text, read exactly as the reference evaluation reads it (DESIGN §2.1)."""
+"""Evaluation and training text, read exactly as the reference evaluation reads it (METHOD §2.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The strided sliding windows of DESIGN §2 (the reference ``eval_lm.py`` loop, as data).
+"""The strided sliding windows of METHOD §2 (the reference ``eval_lm.py`` loop, as data).
 
 Every stage shares this: evaluation walks all windows, data generation builds one window per
 sampled position. Keeping the index arithmetic in one place is what keeps them consistent.

@@ -62,6 +62,15 @@ class PredictiveSelector(Selector):
     def select(self, batch: StrideBatch, lm_nll: torch.Tensor | None = None) -> list[int]:
         return [int(s.argmax()) if len(s) else -1 for s in self.scores(batch)]
 
+    def rank(self, prefix: str, passages: list) -> tuple[list[float], list[int]]:
+        """Library use: the scores f(prefix, passage) and the passages' indices best first. A passage is
+        a ``ralm.retrieval.Passage`` or a string (``"title\ntext"``, as the reranker was trained on)."""
+        from ralm.retrieval import Passage
+
+        cands = [p if isinstance(p, Passage) else Passage("", "", str(p), 0.0) for p in passages]
+        scores = self.scores(StrideBatch([prefix], [cands], [0]))[0].tolist()
+        return scores, sorted(range(len(scores)), key=lambda j: -scores[j])
+
 
 class CosineSelector(Selector):
     """A sentence encoder used as it was trained: cosine of mean-pooled prefix and passage embeddings.

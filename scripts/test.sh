@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Fresh machine -> installed project -> full offline test suite.
 #
-# Each test file runs in its own pytest process: the Pyserini JVM lives inside the Python process,
-# and once (in one of several full runs) a long session that had mixed many JVM searches with
-# Lightning/torch work died of an unhandled SIGSEGV in a JVM search thread. Short processes keep
-# one file's JVM use apart from another's; a failure in any file still fails the run.
+# Each test file runs in its own pytest process. The project's commands search in a child process
+# (ralm/search_process.py), but tests/test_retrieval.py also checks the in-process retriever, and a
+# long session that mixed in-process JVM searches with torch work once died of a SIGSEGV in a JVM
+# thread; short processes keep that apart. A failure in any file still fails the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit $?

@@ -208,3 +208,26 @@ def test_retrieve_cli_writes_what_eval_ppl_reads(tmp_path, tiny_gpt2_dir, bm25_c
     res, _ = run(tmp_path, "from-retrieve", "--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL,
                  "--retrieval_file", str(out), "--reranker", "bm25")
     assert res["strides_with_document"] == len(entries) - 1
+
+
+@pytest.mark.slow
+def test_two_process_ddp_equals_one_process(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
+    """eval.ppl on 2 CPU processes (gloo DDP): same perplexity, per-token NLL and chosen passages as 1."""
+    import pyarrow.parquet as pq
+
+    common = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL, "--chunk_strides", "16",
+              "--retrieval.index", str(bm25_corpus["index"]), "--reranker", "zero-shot"]
+    one, out1 = run(tmp_path, "one", *common)
+    args = common + ["--output_dir", str(tmp_path / "two")]
+    args[args.index("--trainer.devices") + 1] = "2"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "eval.ppl", *args, "--trainer.strategy", "ddp"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two = json.loads((tmp_path / "two" / "results.json").read_text())
+    assert two["ppl_word"] == one["ppl_word"] and two["n_scored_tokens"] == one["n_scored_tokens"]
+    np.testing.assert_array_equal(np.load(tmp_path / "two" / "tokens.npz")["nll"], np.load(out1 / "tokens.npz")["nll"])
+    cols = ["stride", "chosen_rank", "chosen_title"]
+    assert pq.read_table(tmp_path / "two" / "strides.parquet", columns=cols).to_pylist() == \
+        pq.read_table(out1 / "strides.parquet", columns=cols).to_pylist()
+    assert one["n_strides"] > 32  # several chunks, so both processes had work

@@ -134,6 +134,13 @@ def test_export_and_checkpoint_load_to_the_same_selector(fitted, tiny_roberta_di
     assert picks[2] == int(s1[2].argmax())
     with pytest.raises(FileNotFoundError, match="not a reranker export"):
         load_reranker(tiny_roberta_dir)
+    # library use: scores and order for one prefix
+    import reranking
+
+    scores, order = reranking.load(export_dir).rank(batch.prefix_texts[2], [c.document() for c in cands[2]])
+    torch.testing.assert_close(torch.tensor(scores), s1[2], rtol=1e-4, atol=1e-5)
+    assert order[0] == picks[2] and sorted(order) == list(range(5))
+    assert [scores[j] for j in order] == sorted(scores, reverse=True)
 
 
 def test_ddp_validation_metrics_equal_single_process(tmp_path, tiny_roberta_dir, rerank_data_dir):
