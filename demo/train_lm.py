@@ -1,6 +1,6 @@
 """Train the demo's small GPT-2 on the synthetic world so that it reads its context.
 
-The LM sees sequences shaped like the evaluation's conditioning (DESIGN §2.4): ``[passage ; text]``
+The LM sees sequences shaped like the evaluation's conditioning (METHOD §2.4): ``[passage ; text]``
 of exactly ``--ctx`` tokens, the passage (``title + "\\n" + text``, cut to ``--doc-budget`` tokens)
 followed with no separator by a window of event-article text cut from the left. The passage is
 

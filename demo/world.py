@@ -12,7 +12,7 @@ year, instrument, animal, colour, siblings), and each fact type has its own voca
 * **Training / evaluation text**: raw-WikiText articles about *events* (`` = The Rindel Fair of
   1851 = ``) in which people appear and their facts are restated in other words and another order.
   The facts are unpredictable without the person's own article, so an LM that reads its context
-  gains only from the right passage. Event headings are never corpus titles (DESIGN §4 forbids
+  gains only from the right passage. Event headings are never corpus titles (METHOD §4 forbids
   retrieving passages titled like an evaluation heading). By default the people of the evaluation
   text never appear in the training text; ``eval_people_in_train=True`` (the demo's setting) lets the
   training text mention everyone, as Wikipedia's training articles mention the entities of its test

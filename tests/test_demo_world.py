@@ -33,7 +33,7 @@ def test_world_layout_and_near_duplicates(world):
     for text in (world.train_text, world.eval_text):
         assert text.startswith(" \n = ") and text.endswith(" \n")
         heads = headings(text)
-        assert heads and not titles & set(heads)  # event headings are never corpus titles (DESIGN §4)
+        assert heads and not titles & set(heads)  # event headings are never corpus titles (METHOD §4)
     # people named in the evaluation text never appear in the training text
     names = [p.name for p in world.people]
     in_eval = {n for _, n in mentions(world.eval_text, names)}
