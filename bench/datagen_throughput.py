@@ -108,7 +108,6 @@ def main(argv=None) -> int:
     ap.add_argument("--total-examples", type=int, default=300_000, help="for the projected GPU time")
     args = ap.parse_args(argv)
 
-    import numpy as np
     import torch
 
     from data_gen.sample import sample_positions, tokenize_text

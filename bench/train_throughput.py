@@ -22,11 +22,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.tiny import make_roberta, train_tokenizer, wikitext_articles  # noqa: E402
 from reranking.data import RerankCollator  # noqa: E402
 from reranking.inputs import InputFormat  # noqa: E402
 from reranking.loss import MarginalLikelihoodLoss  # noqa: E402
 from reranking.model import CrossEncoder  # noqa: E402
+from tests.tiny import make_roberta, train_tokenizer, wikitext_articles  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L4": 121.0}
 

@@ -26,9 +26,16 @@ import shutil
 import sys
 import time
 import types
-from pathlib import Path
 
-from ralm.settings import WIKITEXT103_TEST, WIKITEXT103_TRAIN, Devices, Retrieval, Scoring, Text, Windows
+from ralm.settings import (
+    WIKITEXT103_TEST,
+    WIKITEXT103_TRAIN,
+    Devices,
+    Retrieval,
+    Scoring,
+    Text,
+    Windows,
+)
 
 from .config import BuildConfig, BuildError, RunConfig
 

@@ -23,7 +23,13 @@ import pyarrow as pa
 from ralm.retrieval import query_text
 
 from .config import BuildConfig, BuildError
-from .shards import RETRIEVED_SCHEMA, Layout, atomic_write_bytes, atomic_write_json, atomic_write_parquet
+from .shards import (
+    RETRIEVED_SCHEMA,
+    Layout,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_parquet,
+)
 
 
 def open_searcher(build: BuildConfig, verbose: bool = False):

@@ -28,7 +28,9 @@ def split_articles(text: str) -> tuple[list[str], list[str]]:
     Headings and titles (as written in the text) are recognised exactly as ``ralm.corpus`` does
     when it builds passages (a heading must follow a blank line), so the titles match the corpus's.
     """
-    from ralm.corpus import _classify  # the one definition of "heading" (shared with the corpus)
+    from ralm.corpus import (
+        _classify,  # the one definition of "heading" (shared with the corpus)
+    )
 
     lines = text.splitlines(keepends=True)
     pieces: list[str] = []

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ralm.files import atomic_write
+from ralm.files import atomic_write, file_sha256
 
 from .config import BuildConfig, BuildError, config_diff, identity_json
 
@@ -132,13 +132,6 @@ def store_config(layout: Layout) -> None:
     if not layout.config.exists():
         atomic_write_bytes(layout.config, (identity_json(layout.build) + "\n").encode())
 
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def record_shard(layout: Layout, path: Path) -> None:

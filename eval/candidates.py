@@ -9,11 +9,11 @@ resumed run does not search again. Either source can be written as the reference
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Sequence
 
 from eval.loop import Chunk
+from ralm.files import file_sha256
 from ralm.settings import InputError, Retrieval
 from ralm.windows import Window
 
@@ -26,13 +26,6 @@ def reference_entries_for(windows: Sequence[Window], ids: Sequence[int], tokeniz
     return [reference_entry(w.target_begin, w.end, tokenizer.decode(ids[w.target_begin:w.end]), q, p)
             for w, q, p in zip(windows, queries, passages)]
 
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class FileCandidates:

@@ -21,6 +21,7 @@ import torch
 
 from ralm.scoring import DocumentEncoder, LMScorer, condition_on_documents
 from ralm.selectors import Selector, StrideBatch
+from ralm.settings import Retrieval, Windows
 from ralm.windows import Window, stride_windows
 
 if TYPE_CHECKING:
@@ -195,8 +196,9 @@ def prefix_texts(tokenizer, wins: torch.Tensor, trg: int, selector: Selector) ->
 
 
 def run_loop(ids: Sequence[int], tokenizer, scorer: LMScorer, selector: Selector,
-             candidates: CandidateFn | None = None, *, stride: int = 4, max_length: int = 1024,
-             doc_max_tokens: int = 256, zero_shot_tokens: int = 16, k: int = 16, strides_per_chunk: int = 64,
+             candidates: CandidateFn | None = None, *, stride: int = Windows.stride,
+             max_length: int = Windows.max_length, doc_max_tokens: int = Windows.doc_max_tokens,
+             zero_shot_tokens: int = Windows.zero_shot_tokens, k: int = Retrieval.k, strides_per_chunk: int = 64,
              progress: bool = True) -> LoopResult:
     """Score every target token of ``ids`` in this process (``eval.ppl`` runs the same chunks through
     Lightning). ``candidates`` maps windows to their allowed passages; required unless the selector

@@ -10,24 +10,16 @@ kill or a full disk leaves the previous state, never a truncated file under a fi
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 
-from ralm.files import atomic_write
+from ralm.files import atomic_write, file_sha256
 
 RESULTS = "results.json"
 FILES = ("strides.parquet", "tokens.npz", "plot.png", "results.md")
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_complete(out_dir: Path) -> dict | None:
@@ -38,7 +30,7 @@ def read_complete(out_dir: Path) -> dict | None:
     try:
         res = json.loads(p.read_text())
         for name, digest in res.get("files", {}).items():
-            if _sha256(out_dir / name) != digest:
+            if file_sha256(out_dir / name) != digest:
                 return None
     except (OSError, ValueError):
         return None
@@ -118,6 +110,6 @@ def write_outputs(out_dir: Path, res, *, reranker: str, n_words: int, identity: 
     atomic_write(out_dir / "tokens.npz", tokens)
     atomic_write(out_dir / "plot.png", lambda t: plot(t, res, f"{reranker}: word ppl {ppl_strides:.3f}"))
     atomic_write(out_dir / "results.md", lambda t: Path(t).write_text(markdown_table(results)))
-    results["files"] = {name: _sha256(out_dir / name) for name in FILES}
+    results["files"] = {name: file_sha256(out_dir / name) for name in FILES}
     atomic_write(out_dir / RESULTS, lambda t: Path(t).write_text(json.dumps(results, indent=2) + "\n"))
     return results

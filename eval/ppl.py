@@ -26,8 +26,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ralm.settings import (WIKITEXT103_TEST, Devices, InputError, Retrieval, Scoring, SettingsError, Text, Windows,
-                           as_dict)
+from ralm.settings import (
+    WIKITEXT103_TEST,
+    Devices,
+    InputError,
+    Retrieval,
+    Scoring,
+    SettingsError,
+    Text,
+    Windows,
+    as_dict,
+)
 
 BUILTIN_RERANKERS = ("none", "bm25", "first", "random", "zero-shot", "oracle", "cosine")
 

@@ -7,6 +7,7 @@ read-only directory is one :class:`~ralm.settings.InputError` naming the file, n
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Callable
@@ -41,3 +42,12 @@ def check_writable(directory: str | Path, flag: str) -> None:
     except OSError as e:
         raise InputError(f"{flag} {str(d)!r} is not writable ({e.strerror or e}); pass a directory you can "
                          "write to") from None
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks (model weights, shards, outputs)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

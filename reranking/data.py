@@ -241,7 +241,9 @@ class RerankDataModule(pl.LightningDataModule):
         if trainer is not None and trainer.world_size > 1:
             # Each example exactly once across ranks (the default sampler repeats some to even out the
             # ranks, which would double-count them in the summed metrics).
-            from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+            from lightning.pytorch.overrides.distributed import (
+                UnrepeatedDistributedSampler,
+            )
 
             sampler = UnrepeatedDistributedSampler(self.val_ds, num_replicas=trainer.world_size,
                                                    rank=trainer.global_rank, shuffle=False)

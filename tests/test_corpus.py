@@ -6,7 +6,13 @@ import json
 import subprocess
 import sys
 
-from ralm.corpus import detokenize_title, forbidden_titles, iter_articles, iter_passages, write_passages
+from ralm.corpus import (
+    detokenize_title,
+    forbidden_titles,
+    iter_articles,
+    iter_passages,
+    write_passages,
+)
 
 TEXT = (
     " \n = Alpha River = \n \n one two three \n \n = = History = = \n \n four five \n \n"

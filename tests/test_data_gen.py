@@ -166,6 +166,26 @@ def test_kill_and_resume_gives_same_hash(built, dg_inputs, tmp_path):
     assert not glob.glob(str(out / ".*.tmp"))
 
 
+def test_damaged_finished_shard_is_refused_then_rebuilt(built, dg_inputs, tmp_path, capsys):
+    """A finished dataset whose shard was truncated never passes as complete; after the user deletes
+    the shard and the manifest (as the message says), the same command rebuilds exactly that shard."""
+    import shutil
+
+    from data_gen.build import main
+
+    out = tmp_path / "copy"
+    shutil.copytree(built["out"], out)
+    shard = sorted(out.glob("*.parquet"))[1]
+    shard.write_bytes(shard.read_bytes()[:-100])
+    assert main(build_args(dg_inputs, out)) == 2
+    err = capsys.readouterr().err
+    assert shard.name in err and "truncated or modified" in err and err.count("\n") == 1
+    shard.unlink()
+    (out / "manifest.json").unlink()
+    assert main(build_args(dg_inputs, out)) == 0
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
+
+
 @pytest.mark.slow
 def test_two_process_ddp_matches_one_process(built, dg_inputs, tmp_path):
     out = tmp_path / "out"

@@ -6,7 +6,6 @@ import random
 
 import numpy as np
 import pytest
-import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from eval.loop import run_loop

@@ -1,0 +1,169 @@
+"""Kill each long job with SIGKILL at random moments, rerun the same command, compare with an unbroken run.
+
+    python bench/kill_resume.py                    # 10 kills per job (about 10-20 minutes on 2 cores)
+    python bench/kill_resume.py --kills 3 --jobs eval
+
+For ``data_gen.build``, ``eval.ppl`` and ``reranking.fit`` (tiny models and a real Lucene index made
+here, so it runs offline): one uninterrupted run; then ``--kills`` trials, each into a fresh output:
+start the same command, SIGKILL its whole process group (search process included) at a random
+moment of the unbroken run's duration, rerun the command to the end, and compare with the unbroken
+run: the content hash (data_gen), perplexity and every per-token NLL (eval), every exported weight
+(fit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def start(args: list[str], log) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, env=ENV, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def unbroken(args: list[str], log) -> float:
+    t = time.time()
+    p = start(args, log)
+    if p.wait() != 0:
+        raise SystemExit(f"unbroken run failed: {' '.join(args)} (log: {log.name})")
+    return time.time() - t
+
+
+def killed(args: list[str], out: Path, duration: float, rng: random.Random, log) -> float:
+    """One trial: start the job, SIGKILL its process group at a random moment before it would finish,
+    then rerun the same command to the end. A run that finishes before its kill (the machine is faster
+    than during the unbroken run) is deleted and tried again with an earlier moment. Returns the moment."""
+    import shutil
+
+    scale = 1.0
+    while True:
+        p = start(args, log)
+        delay = rng.uniform(0.05, 0.95) * duration * scale
+        try:
+            p.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            break
+        shutil.rmtree(out, ignore_errors=True)
+        scale *= 0.7
+    p = start(args, log)
+    if p.wait() != 0:
+        raise SystemExit(f"the rerun after the kill failed: {' '.join(args)} (log: {log.name})")
+    return delay
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--jobs", nargs="+", default=["data_gen", "eval", "fit"], choices=["data_gen", "eval", "fit"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workdir", default=None, help="default: a temporary directory")
+    a = ap.parse_args(argv)
+    import numpy as np
+    import torch
+
+    from tests.tiny import make_gpt2, make_roberta, train_tokenizer, wikitext_articles
+
+    rng = random.Random(a.seed)
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="kill_resume_"))
+    if work.exists() and any(work.iterdir()):
+        raise SystemExit(f"--workdir {work} is not empty; pass a new one")
+    work.mkdir(parents=True, exist_ok=True)
+    log = open(work / "log.txt", "a")
+    print(f"workdir {work} (logs: {log.name})", flush=True)
+    text = wikitext_articles(n_articles=300, seed=1)
+    (work / "corpus.txt").write_text(text)
+    body = text[text.index(" = ", 10):][:6000]
+    (work / "eval.txt").write_text(body)
+    if not (work / "corpus" / "index").is_dir():
+        subprocess.run([sys.executable, "-m", "ralm.corpus", "--text.file", str(work / "corpus.txt"), "--out",
+                        str(work / "corpus")], cwd=ROOT, env=ENV, check=True, stdout=log, stderr=subprocess.STDOUT)
+    lm, enc = work / "lm", work / "enc"
+    if not (lm / "config.json").exists():
+        make_gpt2(lm, train_tokenizer([text[:50000]], lm, vocab_size=512), n_layer=2, n_embd=64, n_head=2, seed=0)
+        make_roberta(enc, train_tokenizer([text[:50000]], enc, vocab_size=600, kind="roberta"), num_hidden_layers=2,
+                     hidden_size=32, num_attention_heads=2, seed=0)
+    index = str(work / "corpus" / "index")
+    small = ["--windows.max_length", "128", "--windows.doc_max_tokens", "48", "--retrieval.k", "8",
+             "--trainer.accelerator", "cpu", "--progress", "false"]
+    report = []
+
+    def build_args(out):
+        return ["data_gen.build", "--model", str(lm), "--text.file", str(work / "corpus.txt"), "--eval_text.file",
+                str(work / "eval.txt"), "--retrieval.index", index, "--examples", "600", "--shard_size", "100",
+                "--out", str(out), *small]
+
+    data = work / "dg-ref"
+    if "data_gen" in a.jobs or "fit" in a.jobs:
+        t = unbroken(build_args(data), log)
+    if "data_gen" in a.jobs:
+        ref = json.loads((data / "manifest.json").read_text())["content_hash"]
+        same, moments = 0, []
+        for i in range(a.kills):
+            out = work / f"dg-trial{i}"
+            moments.append(killed(build_args(out), out, t, rng, log))
+            same += json.loads((out / "manifest.json").read_text())["content_hash"] == ref
+        report.append(("data_gen.build", t, moments, "content hash", same))
+
+    if "eval" in a.jobs:
+        def eval_args(out):
+            return ["eval.ppl", "--model", str(lm), "--text.file", str(work / "eval.txt"), "--retrieval.index", index,
+                    "--reranker", "zero-shot", "--chunk_strides", "16", "--output_dir", str(out), *small]
+
+        t = unbroken(eval_args(work / "ppl-ref"), log)
+        r1 = json.loads((work / "ppl-ref" / "results.json").read_text())
+        nll1 = np.load(work / "ppl-ref" / "tokens.npz")["nll"]
+        same, moments = 0, []
+        for i in range(a.kills):
+            out = work / f"ppl-trial{i}"
+            moments.append(killed(eval_args(out), out, t, rng, log))
+            r2 = json.loads((out / "results.json").read_text())
+            same += r1["ppl_word"] == r2["ppl_word"] and np.array_equal(nll1, np.load(out / "tokens.npz")["nll"])
+        report.append(("eval.ppl", t, moments, "perplexity and every per-token NLL", same))
+
+    if "fit" in a.jobs:
+        def fit_args(version):
+            return ["reranking.fit", "--model.encoder", str(enc), "--model.pretrained", "false", "--model.max_length",
+                    "96", "--model.max_prefix_tokens", "32", "--model.lr", "1e-3", "--model.warmup_steps", "4",
+                    "--data.data_dir", str(data), "--data.batch_size", "8", "--data.max_candidates", "8",
+                    "--data.num_workers", "0", "--trainer.accelerator", "cpu", "--trainer.devices", "1",
+                    "--trainer.max_steps", "60", "--trainer.val_check_interval", "5",
+                    "--trainer.check_val_every_n_epoch", "null", "--trainer.enable_progress_bar", "false",
+                    "--trainer.logger.init_args.save_dir", str(work / "fit"),
+                    "--trainer.logger.init_args.version", version]
+
+        from safetensors.torch import load_file
+
+        t = unbroken(fit_args("ref"), log)
+        w1 = load_file(work / "fit" / "reranker" / "ref" / "reranker" / "model.safetensors")
+        same, moments = 0, []
+        for i in range(a.kills):
+            moments.append(killed(fit_args(f"trial{i}"), work / "fit" / "reranker" / f"trial{i}", t, rng, log))
+            w2 = load_file(work / "fit" / "reranker" / f"trial{i}" / "reranker" / "model.safetensors")
+            same += w1.keys() == w2.keys() and all(torch.equal(w1[k], w2[k]) for k in w1)
+        report.append(("reranking.fit", t, moments, "every exported weight", same))
+
+    print("\n| job | unbroken run | killed at (s) | compared | identical to the unbroken run |")
+    print("|---|---|---|---|---|")
+    for job, t, moments, what, same in report:
+        print(f"| {job} | {t:.0f} s | {', '.join(f'{m:.0f}' for m in sorted(moments))} | {what} | "
+              f"{same} of {len(moments)} |")
+    return 0 if all(r[-1] == len(r[2]) for r in report) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
