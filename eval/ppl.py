@@ -131,6 +131,13 @@ def _check_reranker(reranker: str, ranker: Ranker) -> bool:
                          "directory (a trained reranker is an export directory or a Lightning .ckpt of reranking.fit)")
     if reranker == "cosine" and not ranker.model:
         raise InputError("--reranker cosine needs --ranker.model (a sentence encoder, e.g. minilm-l6)")
+    if reranker not in BUILTIN_RERANKERS:
+        from reranking.export import check_reranker
+
+        try:
+            check_reranker(reranker)
+        except InputError as e:
+            raise InputError(f"--reranker: {e}") from None
     return reranker != "none"
 
 

@@ -49,6 +49,44 @@ def export_model(model: CrossEncoder, tokenizer, fmt, encoder: str, out_dir: str
     return out
 
 
+def _read_checkpoint(path: Path) -> dict:
+    """A reranking.fit checkpoint's dict, read without unpickling code; one-line errors otherwise."""
+    from ralm.settings import InputError
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign: one message
+        raise InputError(f"{str(path)!r} is not a readable checkpoint ({type(e).__name__}); it may be truncated or "
+                         "not a torch file. Pass an export directory or another .ckpt of reranking.fit") from None
+    if not isinstance(ckpt, dict) or ckpt.get("reranker") is None or "state_dict" not in ckpt:
+        raise InputError(f"{str(path)!r} is not a checkpoint of reranking.system.RerankerSystem (no 'reranker' "
+                         "description); export one with `python -m reranking.fit`")
+    return ckpt
+
+
+def check_reranker(path: str | Path) -> None:
+    """Cheap checks that ``path`` is a reranker export or a reranking.fit checkpoint (before heavy work)."""
+    from ralm.settings import InputError
+
+    path = Path(path)
+    if path.is_dir():
+        if not (path / META_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
+            have = sorted(p.name for p in path.iterdir())[:20]
+            raise InputError(
+                f"{str(path)!r} is not a reranker export (needs {META_FILE} and {WEIGHTS_FILE}; has {have}); "
+                "pass a directory written by reranking.export.export / `python -m reranking.fit`, or a .ckpt")
+        try:
+            meta = json.loads((path / META_FILE).read_text())
+        except ValueError:
+            raise InputError(f"{path / META_FILE} is not valid JSON; export the reranker again") from None
+        if meta.get("format") != FORMAT:
+            raise InputError(f"{path / META_FILE}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    elif path.is_file():
+        _read_checkpoint(path)
+    else:
+        raise InputError(f"reranker {str(path)!r} does not exist")
+
+
 def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
     """Load ``(CrossEncoder, tokenizer, InputFormat)`` from an export directory or a Lightning ``.ckpt``.
 
@@ -57,27 +95,18 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
     from transformers import AutoConfig, AutoTokenizer
 
     path = Path(path)
+    check_reranker(path)
     if path.is_dir():
-        if not (path / META_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
-            have = sorted(p.name for p in path.iterdir())[:20]
-            raise FileNotFoundError(
-                f"{str(path)!r} is not a reranker export (needs {META_FILE} and {WEIGHTS_FILE}; has {have}); "
-                "pass a directory written by reranking.export.export / `python -m reranking.fit`, or a .ckpt")
         from safetensors.torch import load_model
 
         meta = json.loads((path / META_FILE).read_text())
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"{path / META_FILE}: format {meta.get('format')!r}, expected {FORMAT!r}")
         model = CrossEncoder(config=AutoConfig.from_pretrained(path))
         load_model(model, str(path / meta.get("weights", WEIGHTS_FILE)), strict=True)
         tokenizer = AutoTokenizer.from_pretrained(path)
         fmt = InputFormat.from_dict(meta["input_format"])
     elif path.is_file():
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        meta = ckpt.get("reranker") if isinstance(ckpt, dict) else None
-        if meta is None or "state_dict" not in ckpt:
-            raise ValueError(f"{str(path)!r} is not a checkpoint of reranking.system.RerankerSystem "
-                             "(no 'reranker' description); export one with `python -m reranking.fit`")
+        ckpt = _read_checkpoint(path)
+        meta = ckpt["reranker"]
         with tempfile.TemporaryDirectory() as tmp:
             for name, data in meta["tokenizer_files"].items():
                 (Path(tmp) / name).write_bytes(data if isinstance(data, bytes) else str(data).encode())

@@ -162,6 +162,10 @@ def test_bad_inputs_fail_with_one_line(tmp_path, tiny_gpt2_dir, tiny_roberta_dir
     fails("--retrieval.query_tokens", "100", *idx, match="--retrieval.query_tokens (100) must be <= L - s")
     fails("--reranker", "bm25", "--retrieval.index", "null", match="needs candidates")
     fails("--reranker", "nope", *idx, match="no such file or directory")
+    garbage = tmp_path / "bad.ckpt"
+    garbage.write_bytes(b"not a checkpoint")
+    fails("--reranker", str(garbage), *idx, match="not a readable checkpoint")
+    fails("--reranker", str(tiny_roberta_dir), *idx, match="not a reranker export")
     fails("--reranker", "cosine", *idx, match="--ranker.model")
     fails("--retrieval.index", str(tmp_path / "no-index"), match="no-index")
     fails("--text.file", str(tmp_path / "missing.txt"), *idx, match="missing.txt")
