@@ -140,3 +140,13 @@ def write_rerank_shards(out_dir, n: int = 48, k: int = 4, seed: int = 0, shards:
 def rerank_data_dir(tmp_path_factory) -> Path:
     """48 reranker training examples (k=4, some with fewer candidates) in two parquet shards."""
     return write_rerank_shards(tmp_path_factory.mktemp("rerank_data"), n=48, k=4, seed=0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_jvm_in_the_test_process():
+    """The JVM lives only in search processes (ralm/search_process.py), never in a process that also
+    runs torch: the suite checks that nothing started one inside pytest."""
+    yield
+    from ralm.java import jvm_pid
+
+    assert jvm_pid() is None, "a test started the JVM inside the pytest process; search via SearchProcess"

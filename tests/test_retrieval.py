@@ -8,7 +8,6 @@ import pytest
 
 from ralm.corpus import forbidden_titles
 from ralm.retrieval import (
-    BM25Retriever,
     Passage,
     RetrievalCache,
     parse_contents,
@@ -19,11 +18,15 @@ from ralm.retrieval import (
     reference_entry,
     write_reference_json,
 )
+from ralm.search_process import SearchProcess
 
 
 @pytest.fixture(scope="module")
-def retriever(bm25_corpus) -> BM25Retriever:
-    return BM25Retriever(str(bm25_corpus["index"]))
+def retriever(bm25_corpus):
+    """The BM25 retriever as the project runs it: in a search process of its own (so this pytest
+    process never hosts a JVM; ralm.search_process serves BM25Retriever's search over pipes)."""
+    with SearchProcess(str(bm25_corpus["index"])) as sp:
+        yield sp
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +93,9 @@ def test_query_uses_only_the_past(tiny_gpt2_dir):
 
 def test_bad_index_raises(tmp_path):
     with pytest.raises(ValueError, match=r"'no-such-index'.*ralm\.corpus"):
-        BM25Retriever("no-such-index")
+        SearchProcess("no-such-index")
     with pytest.raises(ValueError, match="not a Lucene index"):
-        BM25Retriever(str(tmp_path))
+        SearchProcess(str(tmp_path))
 
 
 def test_parse_contents():
@@ -135,8 +138,8 @@ def test_cache(tmp_path, retriever, bm25_corpus, queries):
     key = RetrievalCache.key(retriever.fingerprint(), retriever.k1, retriever.b, 4, queries[:5], None, forbidden)
     assert cache.get(key) == first
     assert cache.search(retriever, queries[:5], k=4, forbidden=forbidden) == first
-    other = BM25Retriever(str(bm25_corpus["index"]), k1=1.2)
-    assert other.fingerprint() != retriever.fingerprint()
+    with SearchProcess(str(bm25_corpus["index"]), k1=1.2) as other:
+        assert other.fingerprint() != retriever.fingerprint()
     key2 = RetrievalCache.key(other.fingerprint(), other.k1, other.b, 4, queries[:5], None, forbidden)
     assert cache.get(key2) is None
     assert cache.get(RetrievalCache.key(retriever.fingerprint(), 0.9, 0.4, 5, queries[:5], None, forbidden)) is None
@@ -153,16 +156,14 @@ def test_index_without_raw_raises(tmp_path):
                     "-collection", "JsonCollection", "-input", str(tmp_path / "jsonl"), "-index", str(tmp_path / "idx"),
                     "-threads", "1", "-quiet"], check=True, capture_output=True)
     with pytest.raises(ValueError, match="-storeRaw"):
-        BM25Retriever(str(tmp_path / "idx"))
+        SearchProcess(str(tmp_path / "idx"))
 
 
-def test_search_process_equals_in_process_search_and_survives_a_kill(retriever, bm25_corpus, queries):
-    """The child-process searcher returns what the in-process one does, pipelines submitted batches,
-    and a SIGKILLed child is restarted with the pending batch retried."""
+def test_search_process_pipelines_and_survives_a_kill(retriever, bm25_corpus, queries):
+    """A second search process returns what the first does, pipelines submitted batches, and a
+    SIGKILLed child is restarted with the pending batch retried."""
     import os
     import signal
-
-    from ralm.search_process import SearchProcess
 
     excl = [None, "Article 3"] * (len(queries) // 2) + [None] * (len(queries) % 2)
     expected = retriever.search(queries, 5, exclude_titles=excl)
