@@ -28,22 +28,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ralm.files import atomic_write, file_sha256
+from ralm.schema import TRAINING_SCHEMA
 
 from .config import BuildConfig, BuildError, config_diff, identity_json
 
-#: Stage "retrieve" output per shard (input of stage "score").
-RETRIEVED_SCHEMA = pa.schema([
-    ("id", pa.int64()),
-    ("source_title", pa.string()),
-    ("position", pa.int64()),
-    ("query", pa.string()),
-    ("doc_ids", pa.list_(pa.string())),
-    ("doc_titles", pa.list_(pa.string())),
-    ("doc_texts", pa.list_(pa.string())),
-    ("bm25_scores", pa.list_(pa.float32())),
-    ("n_candidates", pa.int32()),
-    ("note", pa.string()),
-])
+#: Stage "retrieve" output per shard (input of stage "score"): the training schema's retrieval columns.
+RETRIEVED_SCHEMA = pa.schema([TRAINING_SCHEMA.field(name) for name in (
+    "id", "source_title", "position", "query", "doc_ids", "doc_titles", "doc_texts", "bm25_scores", "n_candidates",
+    "note")])
 
 
 _atomic = atomic_write

@@ -16,6 +16,7 @@ uninterrupted run would have had, so it exports the same weights. A run with a f
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -136,13 +137,67 @@ def best_or_last_weights(trainer, system) -> None:
         system.load_state_dict(state, strict=True)
 
 
+def _help_cache_file() -> Path:
+    """Where ``--help``'s text is kept: keyed by this package's source and the versions of the libraries
+    that shape the parser, so any change makes a new one."""
+    import hashlib
+    from importlib.metadata import version
+
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.read_bytes())
+    for pkg in ("lightning", "jsonargparse", "transformers", "torch"):
+        h.update(version(pkg).encode())
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ralm-rerank" / "help"
+    return root / f"reranking.fit-{h.hexdigest()[:16]}.txt"
+
+
+def _help(args: list[str]) -> int:
+    """``--help`` alone: LightningCLI must import lightning to build its parser (seconds on a small
+    machine), so the text is printed from a cache made by the first call."""
+    import contextlib
+    import io
+
+    cache = _help_cache_file()
+    if cache.is_file():
+        sys.stdout.write(cache.read_text())
+        return 0
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            _run(args)
+        except SystemExit:
+            pass
+    text = buf.getvalue()
+    sys.stdout.write(text)
+    if text.startswith("usage:"):
+        try:
+            from ralm.files import atomic_write
+
+            atomic_write(cache, lambda t: Path(t).write_text(text))
+        except (OSError, ValueError):
+            pass  # an unwritable cache only costs the next --help its seconds
+    return 0
+
+
 def main(args: list[str] | None = None):
     """Run training (``args`` as on the command line; ``None`` = ``sys.argv[1:]``); returns the CLI, or the
     exit status 2 after a one-line error."""
-    verbose = "--verbose" in (sys.argv[1:] if args is None else args)
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv in (["--help"], ["-h"]):
+        return _help(argv)
+    return _run(argv)
+
+
+def _run(args: list[str]):
+    import warnings
+
+    verbose = "--verbose" in args
     if verbose:
-        args = [a for a in (sys.argv[1:] if args is None else args) if a != "--verbose"]
+        args = [a for a in args if a != "--verbose"]
     quiet_libraries(verbose)
+    # main() always hands LightningCLI the parsed-out argv, which its args/sys.argv check warns about
+    warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
     try:
         from ralm.cli import quiet_lightning
         from reranking.data import RerankDataModule

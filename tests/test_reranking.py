@@ -279,3 +279,24 @@ def test_init_from_an_export_starts_from_its_weights(tiny_roberta_dir, tmp_path)
     with pytest.raises(ValueError, match="does not fit"):
         RerankerSystem(str(other), pretrained=False, max_length=64, max_prefix_tokens=24,
                        init_from=str(tmp_path / "start"))
+
+
+def test_fit_help_is_cached_and_identical(tmp_path):
+    """``reranking.fit --help`` needs lightning's import once; later calls print the cached text, which
+    equals a fresh one (the cache is keyed by this package's source and library versions)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": str(root)}
+
+    def help_text():
+        return subprocess.run([sys.executable, "-m", "reranking.fit", "--help"], cwd=root, env=env,
+                              capture_output=True, text=True, check=True).stdout
+
+    first = help_text()
+    assert first.startswith("usage: python -m reranking.fit") and "--model.encoder" in first
+    assert len(list((tmp_path / "ralm-rerank" / "help").glob("reranking.fit-*.txt"))) == 1
+    assert help_text() == first
