@@ -111,7 +111,7 @@ def sample_positions(n_tokens: int, examples: int, window: int, stride: int, see
     if n_valid < 1:
         raise BuildError(
             f"the training text has {n_tokens:,} tokens, fewer than one {window}-token window; "
-            "use a longer text (--text-file / --dataset) or a smaller --max-length")
+            "use a longer text (--text.file / --text.dataset) or a smaller --windows.max_length")
     if examples > n_valid:
         raise BuildError(
             f"--examples {examples:,} exceeds the {n_valid:,} distinct positions of the training text "

@@ -15,7 +15,7 @@ def load_text(dataset: str = "wikitext", name: str | None = "wikitext-103-v1", s
     if text_file is not None:
         path = Path(text_file)
         if not path.is_file():
-            raise FileNotFoundError(f"--text-file {str(path)!r} does not exist")
+            raise FileNotFoundError(f"file {str(path)!r} does not exist")
         text = path.read_text(encoding="utf-8")
     else:
         from datasets import load_dataset
@@ -25,7 +25,7 @@ def load_text(dataset: str = "wikitext", name: str | None = "wikitext-103-v1", s
         except Exception as e:  # datasets raises many types; the fix is the same
             raise ValueError(
                 f"could not load dataset {dataset!r} (config {name!r}, split {split!r}): {e}\n"
-                "Offline? Pass a local file with --text-file instead."
+                "Offline? Pass a local file (the .file setting, e.g. --text.file) instead."
             ) from e
         text = "".join(r["text"] if r["text"] else " \n" for r in rows)
     if not text.strip():
