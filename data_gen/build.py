@@ -25,7 +25,6 @@ import os
 import shutil
 import sys
 import time
-import types
 
 from ralm.settings import (
     WIKITEXT103_TEST,
@@ -68,7 +67,7 @@ def check_model(build: BuildConfig):
         check_causal_lm(build.model, cfg, tok)
     except ModelError as e:
         raise BuildError(str(e) if "--model" in str(e) else f"--model: {e}") from None
-    window = build.windows.fitted(context_length(types.SimpleNamespace(config=cfg)))
+    window = build.windows.fitted(context_length(cfg))
     build.retrieval.check_windows(build.windows, window)
     return tok, window
 

@@ -108,7 +108,8 @@ def make_selector(reranker: str, ranker: Ranker, model: str, seed: int, *, windo
 
         return CosineSelector(ranker.model, prefix_tokens=ranker.prefix_tokens, batch_size=ranker.batch_size)
     if reranker == "zero-shot" and ranker.model and ranker.model != model:
-        from ralm.scoring import context_length, load_causal_lm
+        from ralm.models import load_causal_lm
+        from ralm.scoring import context_length
 
         zs_model, zs_tok = load_causal_lm(ranker.model, "cpu", role="--ranker.model")
         return ZeroShotOtherLM(zs_model, zs_tok, rank_tokens=windows.zero_shot_tokens,
@@ -219,9 +220,8 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         raise InputError(f"--text: {e}") from None
     tokenizer, config = load_tokenizer(model), load_config(model)
     check_causal_lm(model, config, tokenizer)
-    import types
 
-    max_length = windows.fitted(context_length(types.SimpleNamespace(config=config)))
+    max_length = windows.fitted(context_length(config))
     if uses_docs:
         retrieval.check_windows(windows, max_length)
     ids = tokenizer(body, add_special_tokens=False)["input_ids"]

@@ -166,26 +166,26 @@ def _from_pretrained_error(spec: str, what: str, e: Exception) -> ModelError:
         "save_pretrained, a .gguf file, or a hub id (needs the network or a warm Hugging Face cache)")
 
 
+def _auto_load(auto_class, spec: str, what: str):
+    r = resolve(spec)
+    try:
+        return auto_class.from_pretrained(r.path, **r.kwargs())
+    except (OSError, ValueError, KeyError) as e:
+        raise _from_pretrained_error(str(spec), what, e) from e
+
+
 def load_tokenizer(spec: str):
     """The fast tokenizer of a model spec."""
     from transformers import AutoTokenizer
 
-    r = resolve(spec)
-    try:
-        return AutoTokenizer.from_pretrained(r.path, **r.kwargs())
-    except (OSError, ValueError, KeyError) as e:
-        raise _from_pretrained_error(str(spec), "tokenizer", e) from e
+    return _auto_load(AutoTokenizer, spec, "tokenizer")
 
 
 def load_config(spec: str):
     """The model config of a spec (cheap: no weights)."""
     from transformers import AutoConfig
 
-    r = resolve(spec)
-    try:
-        return AutoConfig.from_pretrained(r.path, **r.kwargs())
-    except (OSError, ValueError, KeyError) as e:
-        raise _from_pretrained_error(str(spec), "config", e) from e
+    return _auto_load(AutoConfig, spec, "config")
 
 
 def check_causal_lm(spec: str, config, tokenizer, role: str = "--model") -> None:

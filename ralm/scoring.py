@@ -44,20 +44,13 @@ def autocast_for(device: torch.device, dtype: str = "auto"):
     return torch.autocast(device_type=device.type, dtype=torch_dtype)
 
 
-def load_causal_lm(spec: str, device: str | None = None, role: str = "--model"):
-    """A frozen causal LM and its tokenizer (any spec :func:`ralm.models.resolve` takes), checked first."""
-    from ralm.models import load_causal_lm as load
-
-    return load(spec, device, role)
-
-
-def context_length(model) -> int:
-    """The model's maximum context (GPT-2: ``n_positions``)."""
-    cfg = model.config
+def context_length(model_or_config) -> int:
+    """The maximum context of a model or of its config (GPT-2: ``n_positions``)."""
+    cfg = getattr(model_or_config, "config", model_or_config)
     for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
         if getattr(cfg, attr, None):
             return int(getattr(cfg, attr))
-    raise ValueError(f"cannot tell the context length of {type(model).__name__}; pass max_length explicitly")
+    raise ValueError(f"cannot tell the context length of {type(cfg).__name__}; pass max_length explicitly")
 
 
 class DocumentEncoder:

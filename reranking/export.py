@@ -23,6 +23,9 @@ import torch
 from reranking.inputs import InputFormat
 from reranking.model import CrossEncoder
 
+#: Key of the reranker's self-description (config, tokenizer files, input format) in every checkpoint.
+CKPT_META_KEY = "reranker"
+
 META_FILE = "reranker.json"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT = "ralm-reranker"
@@ -49,18 +52,21 @@ def export_model(model: CrossEncoder, tokenizer, fmt, encoder: str, out_dir: str
     return out
 
 
-def _read_checkpoint(path: Path) -> dict:
-    """A reranking.fit checkpoint's dict, read without unpickling code; one-line errors otherwise."""
+def read_checkpoint(path: Path, flag: str = "") -> dict:
+    """A reranking.fit checkpoint's dict, read without unpickling code (``weights_only``); a truncated,
+    corrupt or foreign file is one :class:`InputError` naming ``flag`` and the path."""
     from ralm.settings import InputError
 
+    name = f"{flag} {str(path)!r}".strip()
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign: one message
-        raise InputError(f"{str(path)!r} is not a readable checkpoint ({type(e).__name__}); it may be truncated or "
-                         "not a torch file. Pass an export directory or another .ckpt of reranking.fit") from None
-    if not isinstance(ckpt, dict) or ckpt.get("reranker") is None or "state_dict" not in ckpt:
-        raise InputError(f"{str(path)!r} is not a checkpoint of reranking.system.RerankerSystem (no 'reranker' "
-                         "description); export one with `python -m reranking.fit`")
+        raise InputError(f"{name} is not a readable checkpoint ({type(e).__name__}); it may be truncated or not a "
+                         "torch file. Use another one (checkpoints/best-*.ckpt, an earlier last.ckpt, or an "
+                         "export directory)") from None
+    if not isinstance(ckpt, dict) or ckpt.get(CKPT_META_KEY) is None or "state_dict" not in ckpt:
+        raise InputError(f"{name} is not a checkpoint of reranking.fit (no {CKPT_META_KEY!r} description); "
+                         "train or export one with `python -m reranking.fit`")
     return ckpt
 
 
@@ -82,7 +88,7 @@ def check_reranker(path: str | Path) -> None:
         if meta.get("format") != FORMAT:
             raise InputError(f"{path / META_FILE}: format {meta.get('format')!r}, expected {FORMAT!r}")
     elif path.is_file():
-        _read_checkpoint(path)
+        read_checkpoint(path)
     else:
         raise InputError(f"reranker {str(path)!r} does not exist")
 
@@ -105,8 +111,8 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
         tokenizer = AutoTokenizer.from_pretrained(path)
         fmt = InputFormat.from_dict(meta["input_format"])
     elif path.is_file():
-        ckpt = _read_checkpoint(path)
-        meta = ckpt["reranker"]
+        ckpt = read_checkpoint(path)
+        meta = ckpt[CKPT_META_KEY]
         with tempfile.TemporaryDirectory() as tmp:
             for name, data in meta["tokenizer_files"].items():
                 (Path(tmp) / name).write_bytes(data if isinstance(data, bytes) else str(data).encode())

@@ -111,20 +111,12 @@ def resume_in_place(cfg) -> None:
 
 def check_checkpoint(path: Path) -> None:
     """A checkpoint to resume from must be a readable one of reranking.fit (read without unpickling code)."""
-    import torch
-
     from ralm.settings import InputError
-    from reranking.system import CKPT_META_KEY
+    from reranking.export import read_checkpoint
 
     if not path.is_file():
         raise InputError(f"--ckpt_path {str(path)!r} does not exist")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign: one message
-        raise InputError(f"--ckpt_path {str(path)!r} is not a readable checkpoint ({type(e).__name__}); it may be "
-                         "truncated. Use another one (checkpoints/best-*.ckpt or an earlier last.ckpt)") from None
-    if not isinstance(ckpt, dict) or CKPT_META_KEY not in ckpt or "state_dict" not in ckpt:
-        raise InputError(f"--ckpt_path {str(path)!r} is not a checkpoint of reranking.fit")
+    read_checkpoint(path, "--ckpt_path")
 
 
 def best_or_last_weights(trainer, system) -> None:

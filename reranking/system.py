@@ -12,11 +12,11 @@ import torch
 from torchmetrics import SumMetric
 from torchmetrics.functional.retrieval import retrieval_normalized_dcg
 
+from reranking.export import CKPT_META_KEY
 from reranking.inputs import InputFormat
 from reranking.loss import DistillationLoss, MarginalLikelihoodLoss
 from reranking.model import CrossEncoder
 
-CKPT_META_KEY = "reranker"  # self-description stored in every Lightning checkpoint (see reranking.export)
 MONITOR = "val/nll_reranker"
 
 _SUMS = ("loss", "n", "nll_reranker", "nll_bm25", "nll_oracle", "top1", "nll_nodoc", "n_nodoc", "rr", "ndcg")

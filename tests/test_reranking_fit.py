@@ -169,3 +169,20 @@ def test_ddp_validation_metrics_equal_single_process(tmp_path, tiny_roberta_dir,
     assert set(ddp) == set(single)
     for k in ddp:
         assert ddp[k] == pytest.approx(single[k], rel=1e-5, abs=1e-6), k
+
+
+def test_corrupt_or_foreign_checkpoint_is_one_line(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys, monkeypatch):
+    """--ckpt_path that is truncated/corrupt or not from reranking.fit: exit 2, one line, nothing built."""
+    from reranking.fit import main
+
+    monkeypatch.chdir(tmp_path)  # the default logger writes ./checkpoints
+
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(b"not a torch file")
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"state_dict": {}}, foreign)
+    for path, match in ((garbage, "not a readable checkpoint"), (foreign, "not a checkpoint of reranking.fit")):
+        assert main(fit_args(tiny_roberta_dir, rerank_data_dir, 4, "--ckpt_path", str(path))) == 2
+        err = capsys.readouterr().err
+        assert match in err and "--ckpt_path" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "checkpoints").exists() and not list(tmp_path.glob("**/version_*"))
