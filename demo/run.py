@@ -7,8 +7,9 @@ YAML from ``configs/demo/``; only the configuration differs:
 2. ``python -m ralm.corpus``       — 100-word titled passages → Lucene index
 3. ``python -m data_gen.build``    — LM-supervised training data (the committed demo LM)
 4. ``python -m reranking.fit``     — the predictive reranker (fine-tunes ``demo/assets/encoder``, a
-   2-layer RoBERTa pretrained on the world by ``python -m demo.encoder``)
-5. ``python -m eval.ppl`` × 5      — none / bm25 / zero-shot / predictive / oracle, then
+   3-layer RoBERTa pretrained on the world by ``python -m demo.encoder``)
+5. ``python -m eval.ppl`` × 6      — none / bm25 / zero-shot / encoder-only (the starting encoder
+   without fine-tuning: the ablation of predictive) / predictive / oracle, then
    ``python -m eval.compare`` over them (one table, one plot)
 
 Finished stages are reused, so a second run only prints the table.
@@ -25,7 +26,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "demo"
-RERANKERS = ["none", "bm25", "zero-shot", "predictive", "oracle"]
+RERANKERS = ["none", "bm25", "zero-shot", "encoder-only", "predictive", "oracle"]
+#: The ablation of the predictive row: the same starting encoder (demo/assets/encoder) used as a reranker
+#: without the LM-supervised fine-tuning, so the table shows what reranking.fit adds.
+PRETRAINED_ENCODER = ROOT / "demo" / "assets" / "encoder"
 
 
 def stage(title: str, cmd: list[str], done: bool) -> None:
@@ -81,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         rdir = out / "ppl" / name
         stage(f"5/5 eval.ppl {name}", ["-m", "eval.ppl", "--config", str(configs / "ppl.yaml"),
                                       "--text.file", str(world / "eval.txt"), "--retrieval.index", str(index / "index"),
-                                      "--reranker", str(reranker) if name == "predictive" else name,
+                                      "--reranker", {"predictive": str(reranker),
+                                                     "encoder-only": str(PRETRAINED_ENCODER)}.get(name, name),
                                       "--output_dir", str(rdir), "--cache_dir", str(out / "retrieval_cache")],
               (rdir / "results.json").exists())
         results[name] = json.loads((rdir / "results.json").read_text())

@@ -31,8 +31,9 @@ def load_run(d: Path) -> dict:
 
 
 def _label(run: dict) -> str:
+    """A built-in reranker by its name; a trained one (a path) by the run directory, which the user named."""
     name = run["results"]["reranker"]
-    return name if len(name) <= 24 else Path(name).name
+    return Path(run["dir"]).name if "/" in name or len(name) > 24 else name
 
 
 def table(runs: list[dict]) -> str:
