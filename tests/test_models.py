@@ -93,3 +93,18 @@ def test_encoder_or_oversized_tokenizer_refused_as_lm(tmp_path, tiny_roberta_dir
     with pytest.raises(ModelError, match="embedding rows"):
         check_causal_lm("mixed", load_config(str(tiny_gpt2_dir)), big)
     check_causal_lm(str(tiny_gpt2_dir), load_config(str(tiny_gpt2_dir)), load_tokenizer(str(tiny_gpt2_dir)))
+
+
+def test_gpt2_gelu_is_fused_and_equal(tiny_gpt2_dir):
+    """GPT-2's hand-written gelu_new is swapped for torch's fused tanh GELU: same logits, one kernel."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    plain = AutoModelForCausalLM.from_pretrained(str(tiny_gpt2_dir)).eval()
+    fused, _ = models.load_causal_lm(str(tiny_gpt2_dir), "cpu")
+    assert isinstance(plain.transformer.h[0].mlp.act, NewGELUActivation)
+    assert all(isinstance(b.mlp.act, GELUTanh) for b in fused.transformer.h)
+    ids = torch.randint(0, plain.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(ids).logits, plain(ids).logits, atol=1e-5, rtol=0)
