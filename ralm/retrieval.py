@@ -134,6 +134,8 @@ class BM25Retriever:
         self.k1 = float(k1)
         self.b = float(b)
         self.threads = int(threads or os.cpu_count() or 1)
+        #: First search depth with exclusions, as a multiple of k (then doubled where still short).
+        self.overfetch = 2
         path = Path(self.index).expanduser()
         if not path.is_dir():
             # Pyserini's own (slow to import) code only to download a prebuilt index once.
@@ -191,8 +193,11 @@ class BM25Retriever:
 
         A hit is dropped if its title is in ``forbidden`` or equals ``exclude_titles[i]`` (the source
         article of training query i). Without exclusions ``k`` hits are fetched; with them, the depth
-        starts at ``max(100, 4k)`` (as the reference) and doubles for the queries still short of ``k``
-        until they have ``k`` or the corpus is exhausted. Empty queries get no passages.
+        starts at ``overfetch * k`` and doubles, for the queries still short of ``k`` only, until they
+        have ``k`` or the corpus is exhausted. Lucene's ranking at depth d is a prefix of its ranking at
+        2d (score, then docid), so the result equals filtering the full ranking whatever the depth; a
+        shallow first depth only saves time (the reference always fetches 100). Empty queries get no
+        passages.
         """
         from ralm.java import jvm_pid
 
@@ -212,7 +217,7 @@ class BM25Retriever:
         filtering = bool(forbidden) or any(t is not None for t in exclude_titles)
         out: list[list[Passage]] = [[] for _ in range(n)]
         todo = [i for i, q in enumerate(queries) if q and q.strip()]
-        depth = min(max(100, 4 * k) if filtering else k, self.num_docs)
+        depth = min(max(k, int(self.overfetch * k)) if filtering else k, self.num_docs)
         while todo:
             jq, jid = self._jlist(), self._jlist()
             for i in todo:
