@@ -1,7 +1,8 @@
 """Throughput of the batched strided loop against a naive one-window-at-a-time loop.
 
-Both run in this process on the same model and text. The naive loop is the reference's way
-(``eval_lm.py``): one forward per stride over all its candidates, logits for every position.
+Both run in this process on the same weights and text. The naive loop is the reference's way
+(``eval_lm.py``): one forward per stride over all its candidates, logits for every position, GPT-2's
+own ``gelu_new``; the batched loop runs the model as ``ralm.models.load_causal_lm`` loads it (fused GELU).
 Prints target tokens/s for each and the ratio. Usage::
 
     python bench/eval_throughput.py                      # 2-layer 128-wide GPT-2, 50,257 vocab, CPU
@@ -51,7 +52,7 @@ def naive_loop(model, tok, ids, cands, strategy, stride, L, doc_max, s_prime):
         end = min(begin + L, len(ids))
         trg = end - prev_end
         window = ids[begin:end]
-        use = (cands[idx][:1] if strategy == "bm25" else cands[idx]) if idx > 0 else []
+        use = {"none": [], "bm25": cands[idx][:1]}.get(strategy, cands[idx]) if idx > 0 else []
         inp = window.repeat(max(1, len(use)), 1)
         for j, d in enumerate(use):
             enc = tok.encode(d.document(), max_length=doc_max, truncation=True)
@@ -85,7 +86,12 @@ def main():
     tok, text = tokenizer_and_text()
     dims = dict(n_layer=2, n_embd=128, n_head=2) if args.size == "tiny" else dict(n_layer=12, n_embd=768, n_head=12)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, attn_implementation="sdpa", **dims))
-    model = model.eval().to(args.device)
+    model = model.eval().to(args.device)  # the reference's model: GPT-2's own gelu_new
+    # the project's: the same weights with the fused GELU that ralm.models.load_causal_lm swaps in
+    fused = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, attn_implementation="sdpa",
+                                       activation_function="gelu_pytorch_tanh", **dims))
+    fused.load_state_dict(model.state_dict())
+    fused = fused.eval().to(args.device)
     n_tokens = args.max_length + args.stride * args.strides
     ids = tok(text, add_special_tokens=False)["input_ids"][:n_tokens]
     rng = random.Random(0)
@@ -101,7 +107,7 @@ def main():
         naive = naive_loop(model, tok, ids, cands, name, args.stride, args.max_length, 256, 16)
         t_naive = time.perf_counter() - t
         t = time.perf_counter()
-        res = run_loop(ids, tok, LMScorer(model, batch_size=args.batch_size), BUILTIN[name](),
+        res = run_loop(ids, tok, LMScorer(fused, batch_size=args.batch_size), BUILTIN[name](),
                        lambda run: [cands[w.index] for w in run], stride=args.stride, max_length=args.max_length,
                        k=args.k, strides_per_chunk=max(args.batch_size, 16), progress=False)
         t_fast = time.perf_counter() - t
