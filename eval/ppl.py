@@ -49,17 +49,21 @@ class Ranker:
         model: zero-shot: a separate causal LM that ranks (its tokenizer may differ; default: the evaluated
             LM). cosine: the sentence encoder (required), e.g. minilm-l6.
         prefix_tokens: cosine: encoder tokens kept from the end of the prefix.
+        passage_tokens: cosine: encoder tokens kept from the start of the passage (to compare with a
+            bi-encoder trained from the same encoder, use its ``max_prefix_tokens`` / ``max_passage_tokens``).
         batch_size: (prefix, passage) pairs per forward of a predictive or cosine reranker.
     """
 
     model: str | None = None
     prefix_tokens: int = 256
+    passage_tokens: int = 256
     batch_size: int = 64
 
     def __post_init__(self) -> None:
-        if self.prefix_tokens < 1 or self.batch_size < 1:
-            raise SettingsError(f"invalid ranker settings: --ranker.prefix_tokens ({self.prefix_tokens}) and "
-                                f"--ranker.batch_size ({self.batch_size}) must be >= 1")
+        if min(self.prefix_tokens, self.passage_tokens, self.batch_size) < 1:
+            raise SettingsError(f"invalid ranker settings: --ranker.prefix_tokens ({self.prefix_tokens}), "
+                                f"--ranker.passage_tokens ({self.passage_tokens}) and --ranker.batch_size "
+                                f"({self.batch_size}) must be >= 1")
 
 
 def default_output_dir(reranker: str) -> Path:
@@ -106,7 +110,8 @@ def make_selector(reranker: str, ranker: Ranker, model: str, seed: int, *, windo
     if reranker == "cosine":
         from reranking.selector import CosineSelector
 
-        return CosineSelector(ranker.model, prefix_tokens=ranker.prefix_tokens, batch_size=ranker.batch_size)
+        return CosineSelector(ranker.model, prefix_tokens=ranker.prefix_tokens, passage_tokens=ranker.passage_tokens,
+                              batch_size=ranker.batch_size)
     if reranker == "zero-shot" and ranker.model and ranker.model != model:
         from ralm.models import load_causal_lm
         from ralm.scoring import context_length

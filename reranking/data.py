@@ -2,7 +2,7 @@
 
 One row per example (see ``data_gen``'s manifest): ``id``, ``prefix_text``, ``doc_texts`` (k passages in
 BM25 order, the exact strings the LM was conditioned on), ``lm_logprobs`` (log p_LM(y | d_j ; x) per
-candidate), optionally ``nodoc_logprob``. The collator tokenizes with :func:`reranking.inputs.encode_pairs`
+candidate), optionally ``nodoc_logprob``. The collator tokenizes with :meth:`reranking.inputs.InputFormat.encode`
 (dynamic padding) and only real candidates become encoder rows; ``mask`` says where they go.
 """
 
@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ralm.schema import TRAINING_COLUMNS
-from reranking.inputs import InputFormat, encode_pairs
+from reranking.inputs import InputFormat
 
 REQUIRED_COLUMNS = tuple(c for c in TRAINING_COLUMNS if c != "nodoc_logprob")
 OPTIONAL_COLUMNS = ("nodoc_logprob",)
@@ -54,8 +54,10 @@ class RerankCollator:
     """Turns a list of rows into a reranker batch (all tokenization happens here).
 
     Output keys (``B`` examples, ``k`` = most candidates in this batch, ``P`` = real pairs = ``mask.sum()``):
-        ``input_ids``, ``attention_mask`` (and maybe ``token_type_ids``): ``LongTensor[P, T]``, pairs in
-        row-major (example, candidate) order; ``mask``: ``BoolTensor[B, k]``; ``lm_logprobs``:
+        the model's inputs from :meth:`InputFormat.encode` — cross-encoder: ``input_ids``,
+        ``attention_mask`` (and maybe ``token_type_ids``), ``LongTensor[P, T]``; bi-encoder: ``query_*``
+        ``[B, Tq]``, ``passage_*`` ``[P, Tp]`` and ``pair_query[P]`` — pairs in row-major (example,
+        candidate) order; ``mask``: ``BoolTensor[B, k]``; ``lm_logprobs``:
         ``FloatTensor[B, k]`` (0 on padding); ``nodoc_logprob``: ``FloatTensor[B]`` (NaN if absent);
         ``ids``: ``LongTensor[B]``.
     """
@@ -82,8 +84,8 @@ class RerankCollator:
             lm[b, : len(d)] = torch.tensor(lp, dtype=torch.float32)
             passages += d
             pair_prefix += [b] * len(d)
-        enc = encode_pairs(self.tokenizer, [r["prefix_text"] for r in rows], passages, self.fmt,
-                           pair_prefix=pair_prefix, padding=self.padding)
+        enc = self.fmt.encode(self.tokenizer, [r["prefix_text"] for r in rows], passages, pair_prefix,
+                              padding=self.padding)
         nodoc = torch.tensor([float("nan") if r.get("nodoc_logprob") is None else float(r["nodoc_logprob"])
                               for r in rows], dtype=torch.float32)
         return {**enc, "mask": mask, "lm_logprobs": lm, "nodoc_logprob": nodoc,
@@ -158,6 +160,8 @@ class RerankDataModule(pl.LightningDataModule):
         max_candidates: keep at most this many candidates per example (BM25 order); ``None`` = all.
         max_length: tokens per pair (the CLI links it to ``--model.max_length``).
         max_prefix_tokens: prefix tokens kept from the end (the CLI links it to ``--model.max_prefix_tokens``).
+        architecture: ``cross`` or ``bi`` (the CLI links it to ``--model.architecture``).
+        max_passage_tokens: bi-encoder passage tokens (the CLI links it to ``--model.max_passage_tokens``).
         num_workers: DataLoader worker processes (tokenization runs there).
         val_batch_size: examples per validation batch (default: ``batch_size``).
         shuffle_seed: seed of the training order (epoch e's order depends only on it and e).
@@ -166,7 +170,8 @@ class RerankDataModule(pl.LightningDataModule):
     def __init__(self, data_dir: str, tokenizer: str = "roberta-base", val_fraction: float = 0.02,
                  split_seed: int = 0, batch_size: int = 32, max_candidates: int | None = 16,
                  max_length: int = 512, max_prefix_tokens: int = 256, num_workers: int = 2,
-                 val_batch_size: int | None = None, shuffle_seed: int = 0):
+                 val_batch_size: int | None = None, shuffle_seed: int = 0, architecture: str = "cross",
+                 max_passage_tokens: int = 256):
         super().__init__()
         from ralm.settings import SettingsError
 
@@ -177,7 +182,8 @@ class RerankDataModule(pl.LightningDataModule):
         if max_candidates is not None and max_candidates < 1:
             raise SettingsError(f"--data.max_candidates {max_candidates} must be >= 1 or null")
         self.save_hyperparameters()
-        self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens)
+        self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
+                               architecture=architecture, max_passage_tokens=max_passage_tokens)
         self.train_ds = self.val_ds = None
         self._tokenizer = None
 

@@ -2,11 +2,13 @@
 
 An export directory holds everything needed to score pairs, with no training config and no download:
 
-- ``model.safetensors``: :class:`~reranking.model.CrossEncoder` weights (encoder + head);
+- ``model.safetensors``: the model's weights (:class:`~reranking.model.CrossEncoder`: encoder + head;
+  :class:`~reranking.model.BiEncoder`: encoder);
 - ``config.json``: the encoder's Hugging Face config;
 - the tokenizer files (``tokenizer.json`` ...);
-- ``reranker.json``: format/version, the encoder name it was trained from, and the input format
-  (:class:`~reranking.inputs.InputFormat`).
+- ``reranker.json``: format/version, the encoder name it was trained from, the input format
+  (:class:`~reranking.inputs.InputFormat`, whose ``architecture`` says which model class) and, for a
+  bi-encoder, ``cosine_temperature``.
 
 A Lightning ``.ckpt`` written by :class:`~reranking.system.RerankerSystem` carries the same description
 under its ``"reranker"`` key and is read with ``torch.load(weights_only=True)``: no code is unpickled.
@@ -21,7 +23,7 @@ from pathlib import Path
 import torch
 
 from reranking.inputs import InputFormat
-from reranking.model import CrossEncoder
+from reranking.model import ARCHITECTURES
 
 #: Key of the reranker's self-description (config, tokenizer files, input format) in every checkpoint.
 CKPT_META_KEY = "reranker"
@@ -36,8 +38,8 @@ def export(system, out_dir: str | Path) -> Path:
     return export_model(system.model, system.tokenizer, system.fmt, system.hparams.encoder, out_dir)
 
 
-def export_model(model: CrossEncoder, tokenizer, fmt, encoder: str, out_dir: str | Path) -> Path:
-    """Write a :class:`CrossEncoder`, its tokenizer and input format as a self-describing directory."""
+def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path) -> Path:
+    """Write a reranker model, its tokenizer and input format as a self-describing directory."""
     from safetensors.torch import save_model
 
     out = Path(out_dir)
@@ -47,7 +49,9 @@ def export_model(model: CrossEncoder, tokenizer, fmt, encoder: str, out_dir: str
     tokenizer.save_pretrained(out)
     meta = {"format": FORMAT, "version": 1, "encoder": encoder,
             "input_format": fmt.to_dict(), "weights": WEIGHTS_FILE,
-            "score": "linear head on the first token's last hidden state"}
+            "cosine_temperature": getattr(model, "temperature", None),
+            "score": ("linear head on the first token's last hidden state" if fmt.architecture == "cross" else
+                      "cosine of mean-pooled prefix and passage embeddings / cosine_temperature")}
     (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     return out
 
@@ -93,8 +97,14 @@ def check_reranker(path: str | Path) -> None:
         raise InputError(f"reranker {str(path)!r} does not exist")
 
 
+def _build(fmt: InputFormat, config, meta: dict):
+    """The model class the input format names, with random weights (they are loaded next)."""
+    extra = {"temperature": meta["cosine_temperature"]} if fmt.architecture == "bi" else {}
+    return ARCHITECTURES[fmt.architecture](config=config, **extra)
+
+
 def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
-    """Load ``(CrossEncoder, tokenizer, InputFormat)`` from an export directory or a Lightning ``.ckpt``.
+    """Load ``(model, tokenizer, InputFormat)`` from an export directory or a Lightning ``.ckpt``.
 
     The model is returned in eval mode on ``device``.
     """
@@ -106,10 +116,10 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
         from safetensors.torch import load_model
 
         meta = json.loads((path / META_FILE).read_text())
-        model = CrossEncoder(config=AutoConfig.from_pretrained(path))
+        fmt = InputFormat.from_dict(meta["input_format"])
+        model = _build(fmt, AutoConfig.from_pretrained(path), meta)
         load_model(model, str(path / meta.get("weights", WEIGHTS_FILE)), strict=True)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        fmt = InputFormat.from_dict(meta["input_format"])
     elif path.is_file():
         ckpt = read_checkpoint(path)
         meta = ckpt[CKPT_META_KEY]
@@ -119,10 +129,10 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
             (Path(tmp) / "config.json").write_text(meta["encoder_config"])
             config = AutoConfig.from_pretrained(tmp)
             tokenizer = AutoTokenizer.from_pretrained(tmp)
-        model = CrossEncoder(config=config)
+        fmt = InputFormat.from_dict(meta["input_format"])
+        model = _build(fmt, config, meta)
         state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
         model.load_state_dict(state, strict=True)
-        fmt = InputFormat.from_dict(meta["input_format"])
     else:
         raise FileNotFoundError(f"reranker {str(path)!r} does not exist; pass an export directory or a .ckpt file")
     return model.to(device).eval(), tokenizer, fmt

@@ -43,6 +43,8 @@ def _cli_class():
             parser.link_arguments("model.encoder", "data.tokenizer")
             parser.link_arguments("model.max_length", "data.max_length")
             parser.link_arguments("model.max_prefix_tokens", "data.max_prefix_tokens")
+            parser.link_arguments("model.architecture", "data.architecture")
+            parser.link_arguments("model.max_passage_tokens", "data.max_passage_tokens")
             parser.set_defaults({
                 "trainer.max_steps": 10_000,
                 "trainer.use_distributed_sampler": False,  # the loaders shard by rank themselves (exact resume)

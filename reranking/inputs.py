@@ -28,16 +28,27 @@ class InputFormat:
     """Input-format settings of a reranker; saved with every export so evaluation reproduces training."""
 
     max_length: int = 512
-    """Total encoder tokens per pair, special tokens included (RoBERTa: at most 512)."""
+    """Total encoder tokens per pair, special tokens included (RoBERTa: at most 512). Cross-encoder only."""
     max_prefix_tokens: int = 256
-    """Encoder tokens kept from the end of the prefix; the passage gets the rest of ``max_length``."""
+    """Encoder tokens kept from the end of the prefix (cross: the passage gets the rest of
+    ``max_length``; bi: the query's length, special tokens included)."""
+    architecture: str = "cross"
+    """``cross`` (one pair per encoder input) or ``bi`` (prefix and passage embedded separately)."""
+    max_passage_tokens: int = 256
+    """Bi-encoder only: encoder tokens kept from the start of the passage, special tokens included."""
 
     def __post_init__(self):
         problems = []
-        if self.max_length < 8:
-            problems.append(f"max_length={self.max_length} is too small; use e.g. --model.max_length 512")
+        if self.architecture not in ("cross", "bi"):
+            problems.append(f"architecture={self.architecture!r} must be 'cross' or 'bi' (--model.architecture)")
         if self.max_prefix_tokens < 1:
             problems.append(f"max_prefix_tokens={self.max_prefix_tokens} must be >= 1")
+        if self.architecture == "bi":
+            if self.max_passage_tokens < 3:
+                problems.append(f"max_passage_tokens={self.max_passage_tokens} must be >= 3 "
+                                "(--model.max_passage_tokens)")
+        elif self.max_length < 8:
+            problems.append(f"max_length={self.max_length} is too small; use e.g. --model.max_length 512")
         elif self.max_prefix_tokens >= self.max_length - 4:
             problems.append(
                 f"max_prefix_tokens={self.max_prefix_tokens} leaves no room for the passage within "
@@ -47,22 +58,43 @@ class InputFormat:
 
             raise SettingsError("InputFormat: " + "; ".join(problems))
 
+    @property
+    def longest(self) -> int:
+        """The most encoder positions one input takes."""
+        return max(self.max_prefix_tokens, self.max_passage_tokens) if self.architecture == "bi" else self.max_length
+
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "InputFormat":
-        known = {k: d[k] for k in ("max_length", "max_prefix_tokens") if k in d}
+        """Exports written before bi-encoders existed have no ``architecture``: they are cross-encoders."""
+        known = {k: d[k] for k in ("max_length", "max_prefix_tokens", "architecture", "max_passage_tokens")
+                 if k in d}
         return cls(**known)
 
+    def encode(self, tokenizer, prefixes: Sequence[str], passages: Sequence[str], pair_prefix: Sequence[int],
+               padding: str = "longest") -> dict[str, torch.Tensor]:
+        """Model inputs for ``passages[j]`` paired with ``prefixes[pair_prefix[j]]``, in this format: the
+        keys of :class:`~reranking.model.CrossEncoder` or :class:`~reranking.model.BiEncoder`."""
+        if self.architecture == "cross":
+            return encode_pairs(tokenizer, prefixes, passages, self, pair_prefix=pair_prefix, padding=padding)
+        q = encode_texts(tokenizer, prefixes, self.max_prefix_tokens, "end")
+        d = encode_texts(tokenizer, passages, self.max_passage_tokens, "start")
+        return {"query_input_ids": q["input_ids"], "query_attention_mask": q["attention_mask"],
+                "passage_input_ids": d["input_ids"], "passage_attention_mask": d["attention_mask"],
+                "pair_query": torch.as_tensor(list(pair_prefix), dtype=torch.long)}
+
     def check_encoder(self, max_position_embeddings: int | None, offset: int = 0, name: str = "encoder") -> None:
-        """Raise if the encoder cannot take ``max_length`` positions (RoBERTa reserves 2 of its 514)."""
-        if max_position_embeddings is not None and self.max_length > max_position_embeddings - offset:
+        """Raise if the encoder cannot take the longest input (RoBERTa reserves 2 of its 514 positions)."""
+        if max_position_embeddings is not None and self.longest > max_position_embeddings - offset:
             from ralm.settings import SettingsError
 
+            flag = ("max_length" if self.architecture == "cross" else
+                    "max_prefix_tokens" if self.max_prefix_tokens >= self.max_passage_tokens else "max_passage_tokens")
             raise SettingsError(
-                f"max_length={self.max_length} exceeds what {name} supports "
-                f"({max_position_embeddings - offset} positions); set --model.max_length "
+                f"{flag}={getattr(self, flag)} exceeds what {name} supports "
+                f"({max_position_embeddings - offset} positions); set --model.{flag} "
                 f"{max_position_embeddings - offset} or lower")
 
 

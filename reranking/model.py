@@ -1,9 +1,37 @@
-"""The reranker model: a plain ``nn.Module`` with no training logic (see :mod:`reranking.system`)."""
+"""The reranker models: plain ``nn.Module``s with no training logic (see :mod:`reranking.system`).
+
+Two architectures score f(x, d) for a prefix x and a passage d:
+
+* :class:`CrossEncoder` (``cross``, the paper's): one encoder reads the pair, a linear head scores it.
+* :class:`BiEncoder` (``bi``): prefix and passage are embedded separately (mean-pooled, L2-normalised)
+  and f = cosine / τ. Before any training it *is* the cosine ranking of a sentence encoder such as
+  all-MiniLM-L6-v2 (``eval.ppl --reranker cosine``), so that row is exactly its ablation.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+
+def _encoder(encoder: str, pretrained: bool, config):
+    """An ``AutoModel`` in train mode without its pooler (unused parameters break DDP)."""
+    from transformers import AutoModel
+
+    from ralm.models import load_config, resolve
+
+    if config is None:
+        config = load_config(encoder)
+        r = resolve(encoder)
+        model = AutoModel.from_pretrained(r.path, **r.kwargs()) if pretrained else AutoModel.from_config(config)
+    else:
+        model = AutoModel.from_config(config)
+    # from_pretrained returns the model in eval mode, and Lightning keeps module modes as it finds
+    # them: without this, fine-tuning a pretrained encoder would silently run with dropout off.
+    model.train()
+    if getattr(model, "pooler", None) is not None:
+        model.pooler = None
+    return model
 
 
 class CrossEncoder(nn.Module):
@@ -19,24 +47,12 @@ class CrossEncoder(nn.Module):
     The encoder's pooler (if any) is dropped: it is unused, and unused parameters break DDP.
     """
 
+    architecture = "cross"
+    input_keys = ("input_ids", "attention_mask", "token_type_ids")
+
     def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, config=None):
         super().__init__()
-        from transformers import AutoModel
-
-        from ralm.models import load_config, resolve
-
-        if config is None:
-            config = load_config(encoder)
-            r = resolve(encoder)
-            self.encoder = (AutoModel.from_pretrained(r.path, **r.kwargs()) if pretrained
-                            else AutoModel.from_config(config))
-        else:
-            self.encoder = AutoModel.from_config(config)
-        # from_pretrained returns the model in eval mode, and Lightning keeps module modes as it finds
-        # them: without this, fine-tuning a pretrained encoder would silently run with dropout off.
-        self.encoder.train()
-        if getattr(self.encoder, "pooler", None) is not None:
-            self.encoder.pooler = None
+        self.encoder = _encoder(encoder, pretrained, config)
         self.head = nn.Linear(self.encoder.config.hidden_size, 1)
         nn.init.normal_(self.head.weight, std=0.02)
         nn.init.zeros_(self.head.bias)
@@ -67,3 +83,54 @@ class CrossEncoder(nn.Module):
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
         cls = hidden[:, 0]  # [N, H]: first token (<s> / [CLS])
         return self.head(cls).squeeze(-1).float()  # [N]
+
+
+class BiEncoder(nn.Module):
+    """f(x, d) = cos(E(x), E(d)) / τ with one shared encoder E: mean pooling over real tokens, L2 norm.
+
+    Args:
+        encoder, pretrained, config: as for :class:`CrossEncoder`.
+        temperature: τ. Cosines lie in [-1, 1]; the marginal-likelihood loss needs a wider range of
+            logits to express a confident choice (0.05, as in contrastive sentence-encoder training).
+    """
+
+    architecture = "bi"
+    input_keys = ("query_input_ids", "query_attention_mask", "passage_input_ids", "passage_attention_mask",
+                  "pair_query")
+
+    def __init__(self, encoder: str = "sentence-transformers/all-MiniLM-L6-v2", pretrained: bool = True,
+                 config=None, temperature: float = 0.05):
+        super().__init__()
+        if not temperature > 0:
+            raise ValueError(f"BiEncoder: temperature={temperature} must be > 0 (--model.temperature)")
+        self.encoder = _encoder(encoder, pretrained, config)
+        self.temperature = float(temperature)
+
+    @property
+    def config(self):
+        return self.encoder.config
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``FloatTensor[N, H]``: L2-normalised mean of the last hidden states over real tokens."""
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
+        return nn.functional.normalize(pooled.float(), dim=-1)
+
+    def forward(self, query_input_ids: torch.Tensor, query_attention_mask: torch.Tensor,
+                passage_input_ids: torch.Tensor, passage_attention_mask: torch.Tensor,
+                pair_query: torch.Tensor) -> torch.Tensor:
+        """Score pairs: ``FloatTensor[P]``, pair j = (query ``pair_query[j]``, passage j).
+
+        Queries ``[Q, Tq]`` and passages ``[P, Tp]`` come from :func:`reranking.inputs.encode_texts`
+        (the collator builds them); ``pair_query``: ``LongTensor[P]`` indices into the queries.
+        """
+        if pair_query.shape != passage_input_ids.shape[:1]:
+            raise ValueError(f"BiEncoder.forward: pair_query {tuple(pair_query.shape)} must have one entry per "
+                             f"passage ({passage_input_ids.shape[0]})")
+        q = self.embed(query_input_ids, query_attention_mask)
+        d = self.embed(passage_input_ids, passage_attention_mask)
+        return (q[pair_query] * d).sum(-1) / self.temperature
+
+
+ARCHITECTURES = {"cross": CrossEncoder, "bi": BiEncoder}

@@ -7,14 +7,14 @@ from pathlib import Path
 import torch
 
 from ralm.selectors import Selector, StrideBatch
-from reranking.inputs import InputFormat, encode_pairs
+from reranking.inputs import InputFormat
 
 
 class PredictiveSelector(Selector):
-    """Picks ``argmax_j f(prefix, candidate_j)`` per stride with a trained cross-encoder (``-1`` if none).
+    """Picks ``argmax_j f(prefix, candidate_j)`` per stride with a trained reranker (``-1`` if none).
 
-    Pairs are built exactly as in training (:func:`reranking.inputs.encode_pairs` with the export's
-    :class:`~reranking.inputs.InputFormat`) and scored in micro-batches of ``batch_size`` pairs.
+    Inputs are built exactly as in training (:meth:`reranking.inputs.InputFormat.encode` with the
+    export's format, cross- or bi-encoder) and scored in micro-batches of ``batch_size`` pairs.
     """
 
     name = "predictive"
@@ -53,8 +53,8 @@ class PredictiveSelector(Selector):
             chunk = pairs[start: start + self.batch_size]
             used = sorted({i for i, _ in chunk})
             where = {i: j for j, i in enumerate(used)}
-            enc = encode_pairs(self.tokenizer, [batch.prefix_texts[i] for i in used], [d for _, d in chunk],
-                               self.fmt, pair_prefix=[where[i] for i, _ in chunk])
+            enc = self.fmt.encode(self.tokenizer, [batch.prefix_texts[i] for i in used], [d for _, d in chunk],
+                                  [where[i] for i, _ in chunk])
             enc = {k: v.to(self.device) for k, v in enc.items()}
             flat[start: start + len(chunk)] = self.model(**enc).float().cpu()
         return list(torch.split(flat, [len(c) for c in batch.candidates]))
@@ -87,12 +87,10 @@ class CosineSelector(Selector):
                  device: str | torch.device = "cpu", cache_size: int = 100_000):
         from collections import OrderedDict
 
-        from transformers import AutoModel
+        from ralm.models import load_tokenizer
+        from reranking.model import BiEncoder
 
-        from ralm.models import load_tokenizer, resolve
-
-        r = resolve(encoder)
-        self.model = AutoModel.from_pretrained(r.path, **r.kwargs()).eval().to(device)
+        self.model = BiEncoder(encoder, pretrained=True).eval().to(device)  # its embed(): the one pooling
         self.tokenizer = load_tokenizer(encoder)
         limit = getattr(self.model.config, "max_position_embeddings", 512)
         offset = 2 if self.model.config.model_type in ("roberta", "xlm-roberta", "camembert") else 0
@@ -115,11 +113,7 @@ class CosineSelector(Selector):
         out = []
         for s in range(0, len(texts), self.batch_size):
             enc = encode_texts(self.tokenizer, texts[s:s + self.batch_size], max_tokens, keep)
-            mask = enc["attention_mask"].to(device)
-            hidden = self.model(input_ids=enc["input_ids"].to(device), attention_mask=mask).last_hidden_state
-            m = mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
-            out.append(torch.nn.functional.normalize(pooled.float(), dim=-1).cpu())
+            out.append(self.model.embed(enc["input_ids"].to(device), enc["attention_mask"].to(device)).cpu())
         return torch.cat(out) if out else torch.empty(0, self.model.config.hidden_size)
 
     def _passages(self, docs: list[str]) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""The LightningModule that trains a :class:`~reranking.model.CrossEncoder` with a listwise loss."""
+"""The LightningModule that trains a reranker (:mod:`reranking.model`) with a listwise loss."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from torchmetrics.functional.retrieval import retrieval_normalized_dcg
 from reranking.export import CKPT_META_KEY
 from reranking.inputs import InputFormat
 from reranking.loss import DistillationLoss, MarginalLikelihoodLoss
-from reranking.model import CrossEncoder
+from reranking.model import ARCHITECTURES
 
 MONITOR = "val/nll_reranker"
 
@@ -45,14 +45,18 @@ class RerankerSystem(pl.LightningModule):
     Args:
         encoder: encoder hub name or local directory (``roberta-base`` in the paper).
         pretrained: start from the encoder's pretrained weights (``False``: random init, for tests).
-        max_length: encoder tokens per (prefix, passage) pair, special tokens included.
+        architecture: ``cross`` (the paper's cross-encoder) or ``bi`` (cosine of mean-pooled
+            embeddings / ``cosine_temperature``; untrained, it ranks as ``eval.ppl --reranker cosine``).
+        max_length: cross: encoder tokens per (prefix, passage) pair, special tokens included.
         max_prefix_tokens: encoder tokens kept from the end of the prefix.
+        max_passage_tokens: bi: encoder tokens kept from the start of the passage.
         loss: ``"marginal"`` (marginal likelihood, the paper's) or ``"distill"`` (KL to softmax(lm/τ)).
         temperature: τ of the distillation target (``loss="distill"`` only).
         lr: peak learning rate (AdamW).
         weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
         warmup_steps: optimizer steps of linear warm-up from 0 to ``lr``; then linear decay to 0.
         total_steps: length of the schedule in optimizer steps; default: the trainer's ``max_steps``.
+        cosine_temperature: bi: τ dividing the cosine (cosines lie in [-1, 1]; the loss needs wider logits).
         init_from: a reranker export (encoder *and* head, e.g. one pretrained on other data) whose
             weights to start from; its architecture must be ``encoder``'s. Use ``pretrained: false``.
     """
@@ -60,7 +64,8 @@ class RerankerSystem(pl.LightningModule):
     def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, max_length: int = 512,
                  max_prefix_tokens: int = 256, loss: str = "marginal", temperature: float = 1.0,
                  lr: float = 1e-5, weight_decay: float = 0.01, warmup_steps: int = 1000,
-                 total_steps: int | None = None, init_from: str | None = None):
+                 total_steps: int | None = None, init_from: str | None = None, architecture: str = "cross",
+                 max_passage_tokens: int = 256, cosine_temperature: float = 0.05):
         super().__init__()
         problems = []
         if loss not in ("marginal", "distill"):
@@ -76,8 +81,10 @@ class RerankerSystem(pl.LightningModule):
 
             raise SettingsError("RerankerSystem: " + "; ".join(problems))
         self.save_hyperparameters()
-        self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens)
-        self.model = CrossEncoder(encoder, pretrained=pretrained)
+        self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
+                               architecture=architecture, max_passage_tokens=max_passage_tokens)
+        extra = {"temperature": cosine_temperature} if architecture == "bi" else {}
+        self.model = ARCHITECTURES[architecture](encoder, pretrained=pretrained, **extra)
         if init_from is not None:
             from reranking.export import load_reranker
 
@@ -105,9 +112,9 @@ class RerankerSystem(pl.LightningModule):
         return self._tokenizer
 
     def score_batch(self, batch: dict) -> torch.Tensor:
-        """Scores ``[B, k]`` for a collated batch (pairs ``[P, T]`` scattered into ``mask[B, k]``; -inf on padding)."""
+        """Scores ``[B, k]`` for a collated batch (``P`` pair scores scattered into ``mask[B, k]``; -inf on padding)."""
         mask = batch["mask"]
-        f = self.model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))  # [P]
+        f = self.model(**{k: batch[k] for k in self.model.input_keys if k in batch})  # [P]
         if f.shape[0] != int(mask.sum()):
             raise ValueError(f"batch has {f.shape[0]} pairs but mask {tuple(mask.shape)} marks {int(mask.sum())}")
         return torch.full(mask.shape, float("-inf"), device=f.device, dtype=f.dtype).masked_scatter(mask, f)
@@ -206,7 +213,8 @@ class RerankerSystem(pl.LightningModule):
                         files[p.name] = p.read_bytes()
             self._meta = {"format": "ralm-reranker", "version": 1, "encoder": self.hparams.encoder,
                           "encoder_config": self.model.config.to_json_string(),
-                          "input_format": self.fmt.to_dict(), "tokenizer_files": files}
+                          "input_format": self.fmt.to_dict(), "tokenizer_files": files,
+                          "cosine_temperature": getattr(self.model, "temperature", None)}
         return self._meta
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

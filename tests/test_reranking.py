@@ -300,3 +300,47 @@ def test_fit_help_is_cached_and_identical(tmp_path):
     assert first.startswith("usage: python -m reranking.fit") and "--model.encoder" in first
     assert len(list((tmp_path / "ralm-rerank" / "help").glob("reranking.fit-*.txt"))) == 1
     assert help_text() == first
+
+
+def test_untrained_bi_encoder_is_the_cosine_ranking(tiny_bert_dir):
+    """The bi-encoder before any training scores cosine / τ: the cosine row is exactly its ablation."""
+    from ralm.models import load_tokenizer
+    from ralm.retrieval import Passage
+    from ralm.selectors import StrideBatch
+    from reranking.model import BiEncoder
+    from reranking.selector import CosineSelector, PredictiveSelector
+
+    fmt = InputFormat(architecture="bi", max_prefix_tokens=20, max_passage_tokens=24)
+    model = BiEncoder(str(tiny_bert_dir), pretrained=True, temperature=0.05)
+    pred = PredictiveSelector(model, load_tokenizer(str(tiny_bert_dir)), fmt, batch_size=3)
+    cos = CosineSelector(str(tiny_bert_dir), prefix_tokens=20, passage_tokens=24, batch_size=2)
+    cands = [[Passage(f"d{i}{j}", f"Title {j}", f"the river {i} and castle {j} " * (j + 1), 0.0) for j in range(n)]
+             for i, n in enumerate([4, 0, 2])]
+    batch = StrideBatch(prefix_texts=["the castle by the river was " * 5, "x", "a city"], candidates=cands,
+                        stride_ids=[0, 1, 2])
+    for a, b in zip(pred.scores(batch), cos.scores(batch)):
+        torch.testing.assert_close(a * 0.05, b, rtol=1e-5, atol=1e-6)
+    assert pred.select(batch) == cos.select(batch)
+
+
+def test_bi_encoder_collator_and_format_checks(tiny_bert_dir, rerank_data_dir):
+    from datasets import load_dataset
+
+    from ralm.models import load_tokenizer
+    from ralm.settings import SettingsError
+    from reranking.data import RerankCollator, parquet_files
+
+    tok = load_tokenizer(str(tiny_bert_dir))
+    ds = load_dataset("parquet", data_files=parquet_files(rerank_data_dir), split="train")
+    rows = [ds[i] for i in range(6, 9)]  # row 7 has 2 candidates, the others 4
+    fmt = InputFormat(architecture="bi", max_prefix_tokens=16, max_passage_tokens=20)
+    batch = RerankCollator(tok, fmt)(rows)
+    n = [len(r["doc_texts"]) for r in rows]
+    assert batch["query_input_ids"].shape[0] == 3 and batch["query_input_ids"].shape[1] <= 16
+    assert batch["passage_input_ids"].shape[0] == sum(n) and batch["passage_input_ids"].shape[1] <= 20
+    assert batch["pair_query"].tolist() == [b for b, k in enumerate(n) for _ in range(k)]
+    assert InputFormat.from_dict({"max_length": 64, "max_prefix_tokens": 24}).architecture == "cross"  # old exports
+    with pytest.raises(SettingsError, match="--model.architecture"):
+        InputFormat(architecture="poly")
+    with pytest.raises(SettingsError, match="max_passage_tokens=600 exceeds"):
+        InputFormat(architecture="bi", max_passage_tokens=600).check_encoder(512, 0)

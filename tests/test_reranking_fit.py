@@ -186,3 +186,45 @@ def test_corrupt_or_foreign_checkpoint_is_one_line(tmp_path, tiny_roberta_dir, r
         err = capsys.readouterr().err
         assert match in err and "--ckpt_path" in err and err.count("\n") == 1, err
     assert not (tmp_path / "checkpoints").exists() and not list(tmp_path.glob("**/version_*"))
+
+
+def test_bi_encoder_fits_exports_and_scores_as_trained(tmp_path, tiny_bert_dir, rerank_data_dir, monkeypatch):
+    """--model.architecture bi end to end: trains, its export and checkpoint load to a BiEncoder with the
+    best checkpoint's weights, and the selector scores pairs exactly as the training module does."""
+    from ralm.models import load_tokenizer
+    from ralm.retrieval import Passage
+    from ralm.selectors import StrideBatch
+    from reranking.export import load_reranker
+    from reranking.fit import main
+    from reranking.model import BiEncoder
+    from reranking.selector import PredictiveSelector
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["reranking.fit"])
+    cli = main(fit_args(tiny_bert_dir, rerank_data_dir, 8, "--model.architecture", "bi",
+                        "--model.max_passage_tokens", "40", "--model.cosine_temperature", "0.1"))
+    run = tmp_path / cli.trainer.log_dir
+    assert cli.trainer.global_step == 8 and "val/nll_reranker" in scalars(run)
+    best = next(p for p in (run / "checkpoints").iterdir() if p.name.startswith("best-"))
+    m1, tok, fmt = load_reranker(run / "reranker")
+    m2, _, fmt2 = load_reranker(best)
+    assert isinstance(m1, BiEncoder) and isinstance(m2, BiEncoder) and m1.temperature == m2.temperature == 0.1
+    assert fmt == fmt2 and (fmt.architecture, fmt.max_prefix_tokens, fmt.max_passage_tokens) == ("bi", 32, 40)
+    for (k1, v1), (k2, v2) in zip(m1.state_dict().items(), m2.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2)
+    untrained = BiEncoder(str(tiny_bert_dir), pretrained=False)
+    assert not all(torch.equal(a, b) for a, b in zip(untrained.state_dict().values(), m1.state_dict().values()))
+    cands = [[Passage(f"d{i}{j}", f"Title {j}", f"text {i} {j} " * (j + 1), 0.0) for j in range(n)]
+             for i, n in enumerate([3, 0, 5])]
+    batch = StrideBatch(prefix_texts=["the city was", "a river", "the album of the year"], candidates=cands,
+                        stride_ids=[1, 2, 3])
+    got = PredictiveSelector.from_path(run / "reranker", batch_size=2).scores(batch)
+    system = cli.model.eval()
+    with torch.no_grad():
+        for i, c in enumerate(cands):
+            if not c:
+                continue
+            enc = fmt.encode(load_tokenizer(str(tiny_bert_dir)), [batch.prefix_texts[i]], [p.document() for p in c],
+                             [0] * len(c))
+            want = system.model(**enc)
+            torch.testing.assert_close(got[i], want, rtol=1e-4, atol=1e-5)
