@@ -24,7 +24,7 @@ year, instrument, animal, colour, siblings), and each fact type has its own voca
 Everything is a pure function of the seed. CLI: ``python -m demo.world --out DIR`` writes
 ``corpus.txt`` (raw WikiText layout, one article per corpus passage), ``corpus.jsonl``
 (``{"id", "title", "text", "contents"}`` with ``contents = title + "\\n" + text``), ``train.txt``,
-``eval.txt`` and ``people.json``.
+``eval.txt``, ``people.json`` and, when asked for, ``dev.txt`` and ``heldout.txt``.
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ class World:
     corpus: list[tuple[str, str]]  # (title, text)
     train_text: str
     eval_text: str
+    dev_text: str = ""      # more events of the evaluation people: for choosing settings
+    heldout_text: str = ""  # and more again: for reporting on text that no setting was chosen on
 
 
 def _words(rng: random.Random, n: int, taken: set[str], syll=(2, 3)) -> list[str]:
@@ -212,8 +214,13 @@ def _event_articles(people: list[Person], towns: list[str], n_articles: int, rng
 
 def make_world(n_families: int = 360, n_first: int = 24, n_towns: int = 24, n_train_articles: int = 3000,
                n_eval_articles: int = 30, eval_fraction: float = 0.2, eval_facts: tuple[int, int] = (3, 6),
-               seed: int = 0, eval_people_in_train: bool = False) -> World:
-    """Build the whole world deterministically from ``seed``."""
+               seed: int = 0, eval_people_in_train: bool = False, n_dev_articles: int = 0,
+               n_heldout_articles: int = 0) -> World:
+    """Build the whole world deterministically from ``seed``.
+
+    Dev and held-out texts are drawn after everything else from their own random streams, so asking
+    for them leaves the corpus, the training text and the evaluation text byte for byte as they were.
+    """
     rng = random.Random(seed)
     taken: set[str] = set()
     firsts = _words(rng, n_first, taken, syll=(2, 2))
@@ -254,7 +261,12 @@ def make_world(n_families: int = 360, n_first: int = 24, n_towns: int = 24, n_tr
                                 eval_facts)
     train_text = _event_articles(people if eval_people_in_train else train_people, towns, n_train_articles,
                                  random.Random(seed + 2), by_name, used_titles)
-    return World(people=people, towns=towns, corpus=corpus, train_text=train_text, eval_text=eval_text)
+    dev_text = _event_articles(eval_people, towns, n_dev_articles, random.Random(seed + 3), by_name, used_titles,
+                               eval_facts) if n_dev_articles else ""
+    heldout_text = _event_articles(eval_people, towns, n_heldout_articles, random.Random(seed + 4), by_name,
+                                   used_titles, eval_facts) if n_heldout_articles else ""
+    return World(people=people, towns=towns, corpus=corpus, train_text=train_text, eval_text=eval_text,
+                 dev_text=dev_text, heldout_text=heldout_text)
 
 
 def corpus_wikitext(corpus: list[tuple[str, str]]) -> str:
@@ -298,6 +310,10 @@ def write_world(world: World, out: str | Path) -> dict[str, Path]:
             f.write(json.dumps({"id": str(i), "title": title, "text": text, "contents": f"{title}\n{text}"}) + "\n")
     paths["train"].write_text(world.train_text, encoding="utf-8")
     paths["eval"].write_text(world.eval_text, encoding="utf-8")
+    for name, text in (("dev", world.dev_text), ("heldout", world.heldout_text)):
+        if text:
+            paths[name] = out / f"{name}.txt"
+            paths[name].write_text(text, encoding="utf-8")
     paths["people"].write_text(json.dumps([asdict(p) for p in world.people], indent=0), encoding="utf-8")
     return paths
 
@@ -316,7 +332,8 @@ def world_from_config(path: str | Path) -> World:
 
     c = yaml.safe_load(Path(path).read_text()) or {}
     return make_world(n_train_articles=int(c.get("train-articles", 3000)), n_eval_articles=int(c.get("eval-articles", 30)),
-                      seed=int(c.get("seed", 0)), eval_people_in_train=_yes(str(c.get("eval-people-in-train", False))))
+                      seed=int(c.get("seed", 0)), eval_people_in_train=_yes(str(c.get("eval-people-in-train", False))),
+                      n_dev_articles=int(c.get("dev-articles", 0)), n_heldout_articles=int(c.get("heldout-articles", 0)))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -327,9 +344,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval-articles", type=int, default=30)
     ap.add_argument("--eval-people-in-train", type=_yes, default=False,
                     help="true: the training text may mention the people of the evaluation text too")
+    ap.add_argument("--dev-articles", type=int, default=0, help="events written to dev.txt, for choosing settings")
+    ap.add_argument("--heldout-articles", type=int, default=0,
+                    help="events written to heldout.txt, for reporting on text no setting was chosen on")
     a = ap.parse_args(argv)
     w = make_world(n_train_articles=a.train_articles, n_eval_articles=a.eval_articles, seed=a.seed,
-                   eval_people_in_train=a.eval_people_in_train)
+                   eval_people_in_train=a.eval_people_in_train, n_dev_articles=a.dev_articles,
+                   n_heldout_articles=a.heldout_articles)
     paths = write_world(w, a.out)
     print(f"{len(w.people)} people, {len(w.corpus)} passages, train {len(w.train_text.split())} words, "
           f"eval {len(w.eval_text.split())} words -> {a.out}")

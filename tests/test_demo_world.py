@@ -104,40 +104,11 @@ def test_eval_people_in_train_changes_only_the_training_text(world):
     assert in_eval & in_train
 
 
-def test_committed_encoder_covers_the_demo_world():
-    """The pretrained demo encoder loads as a reranker encoder and has a token for every name and town."""
-    from demo.world import world_from_config
-    from reranking.export import load_reranker
-
-    model, tok, fmt = load_reranker(LM_DIR.parent / "encoder")
-    assert model.config.vocab_size == len(tok) and fmt.max_length == 96
-    w = world_from_config(LM_DIR.parents[2] / "configs" / "demo" / "world.yaml")
-    words = {x for t, _ in w.corpus for x in t.split()}
-    ids = tok(" ".join(sorted(words)), add_special_tokens=False)["input_ids"]
-    assert len(ids) == len(words) and tok.unk_token_id not in ids
-
-
-def test_encoder_pretraining_writes_an_export_and_continues_from_one(tmp_path):
-    """``demo.encoder`` saves a loadable reranker export; ``--init-from`` starts from that export's weights."""
-    import torch
-
-    from demo.encoder import main as pretrain_main
-    from reranking.export import load_reranker
-
-    cfg = tmp_path / "world.yaml"
-    cfg.write_text("seed: 0\ntrain-articles: 30\neval-articles: 2\n")
-    first, second = tmp_path / "stage1", tmp_path / "stage2"
-    common = ["--world-config", str(cfg), "--max-length", "48", "--max-prefix-tokens", "16", "--hidden", "16",
-              "--heads", "2"]
-    pretrain_main(["--out", str(first), "--random-steps", "2", "--hard-steps", "1", *common])
-    pretrain_main(["--out", str(second), "--init-from", str(first), "--random-steps", "0", "--hard-steps", "0",
-                   *common])
-    a, tok_a, fmt_a = load_reranker(first)
-    b, tok_b, fmt_b = load_reranker(second)
-    assert fmt_a == fmt_b and tok_a.get_vocab() == tok_b.get_vocab()
-    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
-        assert torch.equal(x, y), name  # no updates: the continuation is exactly its start
-    pretrain_main(["--out", str(second), "--init-from", str(first), "--random-steps", "0", "--hard-steps", "1",
-                   *common])
-    c = load_reranker(second)[0]
-    assert any(not torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
+def test_dev_and_heldout_texts_leave_the_rest_unchanged(world):
+    """Asking for dev and held-out articles adds texts of new events and changes nothing else."""
+    more = make_world(seed=0, n_train_articles=40, n_eval_articles=30, n_dev_articles=3, n_heldout_articles=4)
+    assert more.corpus == world.corpus and more.train_text == world.train_text and more.eval_text == world.eval_text
+    assert len(headings(more.dev_text)) == 3 and len(headings(more.heldout_text)) == 4
+    seen = set(headings(world.eval_text)) | set(headings(world.train_text)) | {t for t, _ in world.corpus}
+    assert not (set(headings(more.dev_text)) | set(headings(more.heldout_text))) & seen
+    assert not set(headings(more.dev_text)) & set(headings(more.heldout_text))
