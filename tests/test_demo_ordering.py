@@ -1,9 +1,11 @@
-"""The demo's claim, end to end on a smaller world: retrieval helps, the LM-supervised reranker helps
-more, and it beats the same encoder without LM supervision.
+"""The demo's claim, end to end: retrieval helps, the LM-supervised reranker helps more, and it beats
+the same encoder without LM supervision.
 
-Runs ``python -m demo.run`` (every stage the real CLI, in its own process) with ``configs/demo`` cut
-down: fewer evaluation and held-out articles, fewer training examples and fewer fine-tuning steps of
-the generic pretrained MiniLM (fetched by ``scripts/setup.sh``; the test skips without it).
+Runs ``python -m demo.run`` (every stage the real CLI, in its own process) with ``configs/demo`` less
+the dev and held-out texts: the same training data and the same 100 fine-tuning steps of the generic
+pretrained MiniLM (fetched by ``scripts/setup.sh``; the test skips without it), evaluated on the 8
+evaluation articles. Training cannot be cut: at 40 steps on 1,000 examples the reranker was still
+behind BM25 on its validation split (measured), so this is the suite's slowest test (~20 min on 2 cores).
 """
 
 from __future__ import annotations
@@ -20,11 +22,7 @@ from ralm import models
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SMALLER = {
-    "world.yaml": {"eval-articles": 4, "dev-articles": 0, "heldout-articles": 4},
-    "build.yaml": {"examples": 1000, "shard_size": 250},
-    "fit.yaml": {"trainer": {"max_steps": 40, "val_check_interval": 20}, "model": {"warmup_steps": 8}},
-}
+SMALLER = {"world.yaml": {"dev-articles": 0, "heldout-articles": 0}}
 
 pytestmark = pytest.mark.skipif(not models.is_fetched("minilm-l6"),
                                 reason="needs the MiniLM encoder: python -m ralm.models fetch minilm-l6 "
@@ -39,7 +37,7 @@ def _merge(base: dict, over: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def ppl(tmp_path_factory) -> dict[str, dict[str, float]]:
-    """Word-level perplexity per text and reranker from one smaller demo run."""
+    """Word-level perplexity per text and reranker from one demo run without dev and held-out texts."""
     tmp = tmp_path_factory.mktemp("demo")
     cfg = tmp / "configs"
     cfg.mkdir()
@@ -52,7 +50,7 @@ def ppl(tmp_path_factory) -> dict[str, dict[str, float]]:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ppl = json.loads((out / "summary.json").read_text())["ppl_word"]
     for text, p in ppl.items():
-        print(f"smaller demo run, {text}:", _table(p))  # shown with pytest -s; the README quotes it
+        print(f"demo run, {text}:", _table(p))  # shown with pytest -s
     return ppl
 
 
@@ -60,29 +58,21 @@ def _table(ppl):
     return ", ".join(f"{k} {v:.3f}" for k, v in ppl.items())
 
 
-TEXTS = ["eval", "heldout"]
+def test_retrieval_helps(ppl):
+    assert ppl["eval"]["none"] > ppl["eval"]["bm25"], _table(ppl["eval"])
 
 
-@pytest.mark.parametrize("text", TEXTS)
-def test_retrieval_helps(ppl, text):
-    assert ppl[text]["none"] > ppl[text]["bm25"], _table(ppl[text])
+def test_zero_shot_beats_bm25(ppl):
+    assert ppl["eval"]["zero-shot"] < ppl["eval"]["bm25"], _table(ppl["eval"])
 
 
-@pytest.mark.parametrize("text", TEXTS)
-def test_zero_shot_beats_bm25(ppl, text):
-    assert ppl[text]["zero-shot"] < ppl[text]["bm25"], _table(ppl[text])
+def test_oracle_is_lowest(ppl):
+    assert ppl["eval"]["oracle"] == min(ppl["eval"].values()), _table(ppl["eval"])
 
 
-@pytest.mark.parametrize("text", TEXTS)
-def test_oracle_is_lowest(ppl, text):
-    assert ppl[text]["oracle"] == min(ppl[text].values()), _table(ppl[text])
+def test_predictive_beats_bm25(ppl):
+    assert ppl["eval"]["none"] > ppl["eval"]["bm25"] > ppl["eval"]["predictive"], _table(ppl["eval"])
 
 
-@pytest.mark.parametrize("text", TEXTS)
-def test_predictive_beats_bm25(ppl, text):
-    assert ppl[text]["none"] > ppl[text]["bm25"] > ppl[text]["predictive"], _table(ppl[text])
-
-
-@pytest.mark.parametrize("text", TEXTS)
-def test_lm_supervision_beats_the_same_encoder_untrained(ppl, text):
-    assert ppl[text]["predictive"] < ppl[text]["cosine"], _table(ppl[text])
+def test_lm_supervision_beats_the_same_encoder_untrained(ppl):
+    assert ppl["eval"]["predictive"] < ppl["eval"]["cosine"], _table(ppl["eval"])
