@@ -61,10 +61,11 @@ def cosine_flags(fit_yaml: Path) -> list[str]:
 
 
 def ordering_holds(ppl: dict[str, float]) -> bool:
-    """The demo's claim, on word-level perplexity: retrieval helps, LM-aware reranking helps more, and
-    the fine-tuned reranker beats the same encoder without LM supervision."""
+    """The demo's claim, on word-level perplexity: retrieval helps, the LM-supervised reranker helps
+    more and beats the same encoder without LM supervision, the oracle bounds them all. (Zero-shot is
+    reported beside them; its s′ was chosen on dev.txt and it is not part of the claim.)"""
     return (ppl["none"] > ppl["bm25"] > ppl["predictive"] and ppl["predictive"] < ppl["cosine"]
-            and ppl["zero-shot"] < ppl["bm25"] and ppl["oracle"] == min(ppl.values()))
+            and ppl["oracle"] == min(ppl.values()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                        check=True, cwd=ROOT)  # the table, plus runs/demo/ppl/<text>/comparison.{md,png}
     holds = {text: ordering_holds(p) for text, p in ppl.items()}
     (out / "summary.json").write_text(json.dumps({"ppl_word": ppl, "ordering_holds": holds}, indent=1))
-    print("\nexpected ordering (none > bm25 > predictive, predictive < cosine, zero-shot < bm25, oracle lowest): "
+    print("\nexpected ordering (none > bm25 > predictive, predictive < cosine, oracle lowest): "
           + ", ".join(f"{text} {'holds' if h else 'does NOT hold'}" for text, h in holds.items()))
     print(f"\nTensorBoard:   .venv/bin/tensorboard --logdir {out / 'logs'}")
     print(f"summary:       {out / 'summary.json'}")

@@ -62,10 +62,6 @@ def test_retrieval_helps(ppl):
     assert ppl["eval"]["none"] > ppl["eval"]["bm25"], _table(ppl["eval"])
 
 
-def test_zero_shot_beats_bm25(ppl):
-    assert ppl["eval"]["zero-shot"] < ppl["eval"]["bm25"], _table(ppl["eval"])
-
-
 def test_oracle_is_lowest(ppl):
     assert ppl["eval"]["oracle"] == min(ppl["eval"].values()), _table(ppl["eval"])
 
