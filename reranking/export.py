@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from reranking.inputs import InputFormat
-from reranking.model import ARCHITECTURES
+from reranking.model import make_model
 
 #: Key of the reranker's self-description (config, tokenizer files, input format) in every checkpoint.
 CKPT_META_KEY = "reranker"
@@ -97,12 +97,6 @@ def check_reranker(path: str | Path) -> None:
         raise InputError(f"reranker {str(path)!r} does not exist")
 
 
-def _build(fmt: InputFormat, config, meta: dict):
-    """The model class the input format names, with random weights (they are loaded next)."""
-    extra = {"temperature": meta["cosine_temperature"]} if fmt.architecture == "bi" else {}
-    return ARCHITECTURES[fmt.architecture](config=config, **extra)
-
-
 def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
     """Load ``(model, tokenizer, InputFormat)`` from an export directory or a Lightning ``.ckpt``.
 
@@ -117,7 +111,7 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
 
         meta = json.loads((path / META_FILE).read_text())
         fmt = InputFormat.from_dict(meta["input_format"])
-        model = _build(fmt, AutoConfig.from_pretrained(path), meta)
+        model = make_model(fmt.architecture, config=AutoConfig.from_pretrained(path), temperature=meta.get("cosine_temperature"))
         load_model(model, str(path / meta.get("weights", WEIGHTS_FILE)), strict=True)
         tokenizer = AutoTokenizer.from_pretrained(path)
     elif path.is_file():
@@ -130,7 +124,7 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
             config = AutoConfig.from_pretrained(tmp)
             tokenizer = AutoTokenizer.from_pretrained(tmp)
         fmt = InputFormat.from_dict(meta["input_format"])
-        model = _build(fmt, config, meta)
+        model = make_model(fmt.architecture, config=config, temperature=meta.get("cosine_temperature"))
         state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
         model.load_state_dict(state, strict=True)
     else:

@@ -102,7 +102,7 @@ class BiEncoder(nn.Module):
                  config=None, temperature: float = 0.05):
         super().__init__()
         if not temperature > 0:
-            raise ValueError(f"BiEncoder: temperature={temperature} must be > 0 (--model.temperature)")
+            raise ValueError(f"BiEncoder: temperature={temperature} must be > 0 (--model.cosine_temperature)")
         self.encoder = _encoder(encoder, pretrained, config)
         self.temperature = float(temperature)
 
@@ -133,4 +133,9 @@ class BiEncoder(nn.Module):
         return (q[pair_query] * d).sum(-1) / self.temperature
 
 
-ARCHITECTURES = {"cross": CrossEncoder, "bi": BiEncoder}
+def make_model(architecture: str, encoder: str | None = None, pretrained: bool = True, config=None,
+               temperature: float | None = None) -> nn.Module:
+    """The reranker model an architecture name stands for (``cross`` or ``bi``); ``temperature``: bi only."""
+    if architecture == "bi":
+        return BiEncoder(encoder, pretrained=pretrained, config=config, temperature=temperature)
+    return CrossEncoder(encoder, pretrained=pretrained, config=config)

@@ -27,6 +27,11 @@ class PredictiveSelector(Selector):
         self.tokenizer = tokenizer
         self.fmt = fmt
         self.batch_size = batch_size
+        # A bi-encoder's score is cosine / τ: the cosine ranker's code, with its passage-embedding cache
+        # (the same passages come back stride after stride; re-embedding them was most of the time).
+        self._cosine = (CosineSelector(model=model, tokenizer=tokenizer, prefix_tokens=fmt.max_prefix_tokens,
+                                       passage_tokens=fmt.max_passage_tokens, batch_size=batch_size)
+                        if fmt.architecture == "bi" else None)
 
     @classmethod
     def from_path(cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64) -> "PredictiveSelector":
@@ -47,6 +52,8 @@ class PredictiveSelector(Selector):
     @torch.inference_mode()
     def scores(self, batch: StrideBatch) -> list[torch.Tensor]:
         """f(x_i, d_ij) for every stride i: a float32 CPU tensor of length ``len(batch.candidates[i])``."""
+        if self._cosine is not None:
+            return [c / self.model.temperature for c in self._cosine.scores(batch)]
         pairs = [(i, p.document()) for i, cands in enumerate(batch.candidates) for p in cands]
         flat = torch.empty(len(pairs), dtype=torch.float32)
         for start in range(0, len(pairs), self.batch_size):
@@ -83,15 +90,19 @@ class CosineSelector(Selector):
 
     name = "cosine"
 
-    def __init__(self, encoder: str, prefix_tokens: int = 256, passage_tokens: int = 256, batch_size: int = 64,
-                 device: str | torch.device = "cpu", cache_size: int = 100_000):
+    def __init__(self, encoder: str | None = None, prefix_tokens: int = 256, passage_tokens: int = 256,
+                 batch_size: int = 64, device: str | torch.device = "cpu", cache_size: int = 100_000, *,
+                 model=None, tokenizer=None):
+        """``encoder``: a sentence encoder to load (pretrained); or pass a loaded ``model``
+        (:class:`~reranking.model.BiEncoder`) and its ``tokenizer``, as a trained bi-encoder does."""
         from collections import OrderedDict
 
         from ralm.models import load_tokenizer
         from reranking.model import BiEncoder
 
-        self.model = BiEncoder(encoder, pretrained=True).eval().to(device)  # its embed(): the one pooling
-        self.tokenizer = load_tokenizer(encoder)
+        # BiEncoder.embed is the one pooling in the project
+        self.model = model.eval() if model is not None else BiEncoder(encoder, pretrained=True).eval().to(device)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(encoder)
         limit = getattr(self.model.config, "max_position_embeddings", 512)
         offset = 2 if self.model.config.model_type in ("roberta", "xlm-roberta", "camembert") else 0
         self.prefix_tokens = min(prefix_tokens, limit - offset)

@@ -15,7 +15,7 @@ from torchmetrics.functional.retrieval import retrieval_normalized_dcg
 from reranking.export import CKPT_META_KEY
 from reranking.inputs import InputFormat
 from reranking.loss import DistillationLoss, MarginalLikelihoodLoss
-from reranking.model import ARCHITECTURES
+from reranking.model import make_model
 
 MONITOR = "val/nll_reranker"
 
@@ -83,8 +83,7 @@ class RerankerSystem(pl.LightningModule):
         self.save_hyperparameters()
         self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
                                architecture=architecture, max_passage_tokens=max_passage_tokens)
-        extra = {"temperature": cosine_temperature} if architecture == "bi" else {}
-        self.model = ARCHITECTURES[architecture](encoder, pretrained=pretrained, **extra)
+        self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature)
         if init_from is not None:
             from reranking.export import load_reranker
 
