@@ -21,6 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.naive_eval import naive_nll
 from eval.loop import run_loop
 from ralm.retrieval import Passage
 from ralm.scoring import LMScorer
@@ -28,6 +29,7 @@ from ralm.selectors import BUILTIN
 from ralm.windows import stride_windows
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+NAIVE_RANKING = {"none": "none", "bm25": "first", "zero-shot": "logprob", "oracle": "oracle"}
 
 
 def tokenizer_and_text():
@@ -41,31 +43,6 @@ def tokenizer_and_text():
         return tok, (SHARED / "wikitext-2-raw" / "wiki.test.raw").read_text()
     text = wikitext_articles(200, seed=0)
     return train_tokenizer([text], Path("/tmp/bench_tok"), vocab_size=2000), text
-
-
-def naive_loop(model, tok, ids, cands, strategy, stride, L, doc_max, s_prime):
-    """The reference computation, one stride at a time with full logits."""
-    ids = torch.tensor(ids, device=next(model.parameters()).device)
-    loss_fct = torch.nn.CrossEntropyLoss(reduction="none")
-    total, prev_end = 0.0, 0
-    for idx, begin in enumerate(range(0, len(ids), stride)):
-        end = min(begin + L, len(ids))
-        trg = end - prev_end
-        window = ids[begin:end]
-        use = {"none": [], "bm25": cands[idx][:1]}.get(strategy, cands[idx]) if idx > 0 else []
-        inp = window.repeat(max(1, len(use)), 1)
-        for j, d in enumerate(use):
-            enc = tok.encode(d.document(), max_length=doc_max, truncation=True)
-            inp[j, :len(enc)] = torch.tensor(enc)
-        with torch.no_grad():
-            logits = model(inp).logits.float()
-        nll = loss_fct(logits[:, :-1].reshape(-1, logits.size(-1)), window[1:].repeat(len(inp))).view(len(inp), -1)
-        c = int(torch.argmin(nll[:, -trg - s_prime:-trg].sum(1))) if strategy == "zero-shot" and use else 0
-        total += float(nll[c, -trg:].sum()) if idx > 0 else float(nll[0].sum())
-        prev_end = end
-        if end == len(ids):
-            break
-    return total
 
 
 def main():
@@ -104,7 +81,8 @@ def main():
           f"batch {args.batch_size}")
     for name in args.rerankers.split(","):
         t = time.perf_counter()
-        naive = naive_loop(model, tok, ids, cands, name, args.stride, args.max_length, 256, 16)
+        docs = [[c.document() for c in row] for row in cands]
+        naive, _ = naive_nll(model, tok, ids, docs, NAIVE_RANKING[name], args.stride, args.max_length)
         t_naive = time.perf_counter() - t
         t = time.perf_counter()
         res = run_loop(ids, tok, LMScorer(fused, batch_size=args.batch_size), BUILTIN[name](),
