@@ -204,7 +204,8 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int) 
     if rank0:
         _log(f"[score] {n_ex:,} example(s) in {len(chunks):,} step(s) of <= {run.batch_examples} examples "
              f"(<= {run.batch_examples * (build.retrieval.k + 1)} LM rows of {window} tokens each)")
-    model, _ = load_causal_lm(build.model, "cpu")
+    model, _ = load_causal_lm(build.model, "cpu", device_map=run.scoring.device_map, max_memory=run.scoring.max_memory,
+                              offload_folder=str(layout.work / "offload"))
     shards = sorted({s for s, _ in chunks})
     dataset = ChunkDataset(chunks, {s: str(layout.retrieved(s)) for s in shards}, str(layout.tokens), build.model,
                            window, build.windows.stride, build.windows.doc_max_tokens, str(layout.retrieve_failed))
@@ -214,7 +215,7 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int) 
     module = LMScoringModule(model, stride=build.windows.stride, batch_size=run.scoring.batch_size,
                              dtype=run.scoring.dtype)
     bar = Progress(n_total, "score", "examples", enabled=run.progress and rank0, initial=n_total - n_ex)
-    trainer = pl.Trainer(**run.trainer.kwargs(), logger=False, enable_checkpointing=False, enable_model_summary=False,
+    trainer = pl.Trainer(**run.trainer.kwargs(one_process=run.scoring.device_map is not None), logger=False, enable_checkpointing=False, enable_model_summary=False,
                          enable_progress_bar=False, callbacks=[ScoreWriter(layout.scores_dir, bar)],
                          inference_mode=True)
     t0 = time.perf_counter()
@@ -367,7 +368,7 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
         stage: Stop after this stage: sample | retrieve | all (score and write the dataset). Several nodes:
             run --stage retrieve once first, then the same command with --stage all on every node.
         batch_examples: Examples per scoring step (each gives k+1 LM rows).
-        scoring: LM rows per forward and compute dtype.
+        scoring: LM rows per forward, compute dtype, and the placement of an LM larger than one device.
         num_workers: DataLoader workers building scoring batches (spawned).
         retrieval_batch: Queries per BM25 batch.
         keep_work: Keep OUT/work (token cache, retrieval results) after the dataset is complete.
@@ -380,6 +381,7 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
     r = RunConfig(out=out, stage=stage, batch_examples=batch_examples, scoring=scoring, num_workers=num_workers,
                   retrieval_batch=retrieval_batch, keep_work=keep_work, trainer=trainer, verbose=verbose,
                   progress=progress)
+    trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
     return build_dataset(b, r)
 
 

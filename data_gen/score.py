@@ -22,7 +22,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch.utils.data import Dataset
 
-from ralm.scoring import DocumentEncoder, LMScorer, condition_on_documents
+from ralm.scoring import DocumentEncoder, LMScorer, attach_lm, condition_on_documents
 
 from .shards import atomic_save_npz
 
@@ -116,7 +116,7 @@ class LMScoringModule(pl.LightningModule):
 
     def __init__(self, model: torch.nn.Module, stride: int, batch_size: int = 64, dtype: str = "auto"):
         super().__init__()
-        self.lm = model  # not in hparams: the LM is passed in, not rebuilt
+        attach_lm(self, model)  # not in hparams: the LM is passed in, not rebuilt
         self.stride = stride
         self.batch_size = batch_size
         self.compute_dtype = dtype

@@ -185,7 +185,7 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         retrieval_file: Candidates from a reference-format retrieval JSON file instead of an index.
         windows: Stride, window, document budget and zero-shot's s'.
         ranker: Settings of rerankers with a model of their own (zero-shot with another LM, cosine, predictive).
-        scoring: LM batch size and compute dtype.
+        scoring: LM batch size, compute dtype, and the placement of an LM larger than one device.
         trainer: Lightning devices for the scoring (--trainer.devices 8 --trainer.strategy ddp).
         output_dir: Where the results go (default: runs/ppl/<reranker>).
         cache_dir: Retrieval cache (default: <output_dir>/../retrieval_cache, shared by sibling runs).
@@ -202,6 +202,7 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
     t0 = time.time()
     if chunk_strides < 1:
         raise SettingsError(f"--chunk_strides must be >= 1 (got {chunk_strides})")
+    trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
     uses_docs = _check_reranker(reranker, ranker)
     if uses_docs and not (retrieval.index or retrieval_file):
         raise InputError(f"--reranker {reranker} needs candidates: pass --retrieval.index or --retrieval_file")
@@ -337,7 +338,8 @@ def _predict(model, reranker, ranker, seed, windows, max_length, scoring, traine
     from ralm.progress import Progress
 
     quiet_lightning(verbose)
-    lm, _ = load_causal_lm(model, "cpu")
+    lm, _ = load_causal_lm(model, "cpu", device_map=scoring.device_map, max_memory=scoring.max_memory,
+                           offload_folder=str(work / "offload"))
     selector = make_selector(reranker, ranker, model, seed, windows=windows, max_length=max_length, scoring=scoring)
     module = EvalModule(lm, selector, ids_t, tokenizer, doc_max_tokens=windows.doc_max_tokens,
                         zero_shot_tokens=windows.zero_shot_tokens, k=k,
@@ -347,7 +349,7 @@ def _predict(model, reranker, ranker, seed, windows, max_length, scoring, traine
     bar = Progress(n_strides, f"ppl [{reranker if len(reranker) < 20 else 'predictive'}]", "strides",
                    enabled=progress, initial=n_done)
     writer = ChunkWriter(work / "chunks", bar)
-    tr = pl.Trainer(**trainer.kwargs(), logger=False, enable_checkpointing=False, enable_model_summary=False,
+    tr = pl.Trainer(**trainer.kwargs(one_process=scoring.device_map is not None), logger=False, enable_checkpointing=False, enable_model_summary=False,
                     enable_progress_bar=False, callbacks=[writer], inference_mode=True)
     if not tr.is_global_zero:
         writer.progress = None

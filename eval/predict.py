@@ -26,7 +26,7 @@ from torch.utils.data import IterableDataset
 
 from eval.loop import Chunk, ChunkResult, prefix_texts, score_chunk
 from ralm.retrieval import Passage
-from ralm.scoring import DocumentEncoder, LMScorer
+from ralm.scoring import DocumentEncoder, LMScorer, attach_lm
 from ralm.selectors import Selector
 
 CHUNK_KEYS = ("stride_index", "stride_nll", "stride_n_tokens", "chosen_rank", "n_candidates", "token_nll")
@@ -109,7 +109,7 @@ class EvalModule(pl.LightningModule):
     def __init__(self, lm: torch.nn.Module, selector: Selector, ids: torch.Tensor, tokenizer, *, doc_max_tokens: int,
                  zero_shot_tokens: int, k: int, batch_size: int, dtype: str):
         super().__init__()
-        self.lm = lm  # not in hparams: passed in, not rebuilt
+        attach_lm(self, lm)  # not in hparams: passed in, not rebuilt
         self.selector = selector
         self.ids = ids
         self.docs = DocumentEncoder(tokenizer, doc_max_tokens)

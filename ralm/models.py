@@ -221,9 +221,15 @@ def check_vocabulary(spec: str, config, tokenizer, role: str = "--model") -> Non
 _UNFUSED_GELU = {"gelu_new", "gelu_fast"}
 
 
-def load_causal_lm(spec: str, device: str | None = None, role: str = "--model"):
+def load_causal_lm(spec: str, device: str | None = None, role: str = "--model", device_map=None, max_memory=None,
+                   offload_folder: str | None = None):
     """``(model, tokenizer)``: a frozen causal LM in eval mode with SDPA attention and a fused GELU,
-    checked first."""
+    checked first.
+
+    ``device_map`` (with ``max_memory`` and ``offload_folder``): a model larger than one device is placed
+    layer by layer over GPUs, CPU and disk by Accelerate (``from_pretrained(device_map=...)``) and
+    ``device`` is ignored; see :class:`ralm.settings.Scoring`.
+    """
     from transformers import AutoModelForCausalLM
 
     from ralm.scoring import resolve_device
@@ -238,12 +244,23 @@ def load_causal_lm(spec: str, device: str | None = None, role: str = "--model"):
         # tanh GELU is the same function (max difference 4.8e-7) in one fused kernel, 3.6-4.7x faster.
         config.activation_function = "gelu_pytorch_tanh"
         extra["config"] = config
+    if device_map is not None:
+        extra.update(device_map=_device_keys(device_map), offload_folder=offload_folder,
+                     max_memory=_device_keys(max_memory))
     try:
         model = AutoModelForCausalLM.from_pretrained(r.path, attn_implementation="sdpa", **extra, **r.kwargs())
     except (OSError, ValueError) as e:
         raise _from_pretrained_error(str(spec), "weights", e) from e
     model.eval().requires_grad_(False)
-    return model.to(resolve_device(device)), tokenizer
+    return (model if device_map is not None else model.to(resolve_device(device))), tokenizer
+
+
+def _device_keys(m):
+    """GPU indices written as strings in YAML or on the command line ("0") as the ints Accelerate wants."""
+    if not isinstance(m, dict):
+        return m
+    as_int = lambda v: int(v) if isinstance(v, str) and v.isdigit() else v  # noqa: E731
+    return {as_int(k): as_int(v) for k, v in m.items()}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -96,13 +96,34 @@ def condition_on_documents(windows: torch.Tensor, documents: Sequence[Sequence[i
     return out
 
 
+def input_device(model) -> torch.device:
+    """Where a model's inputs go: its parameters' device, or for a model placed by ``device_map`` the
+    first device of the map that computes (disk-offloaded layers are streamed to where they run)."""
+    placed = getattr(model, "hf_device_map", None)
+    if placed:
+        for d in placed.values():
+            if d not in ("disk", "meta"):
+                return torch.device(f"cuda:{d}" if isinstance(d, int) else d)
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    return next(model.parameters()).device
+
+
+def attach_lm(module: torch.nn.Module, lm: torch.nn.Module) -> None:
+    """``module.lm = lm`` for a LightningModule; a model placed by ``device_map`` is kept out of the module
+    tree, so that Lightning moving ``module`` to its device leaves the placement (GPUs, CPU, disk) alone."""
+    if getattr(lm, "hf_device_map", None):
+        object.__setattr__(module, "lm", lm)
+    else:
+        module.lm = lm
+
+
 class LMScorer:
     """Batched per-token NLL of the last ``n`` tokens of equal-length rows under a frozen LM."""
 
     def __init__(self, model, batch_size: int = 16, dtype: str = "auto"):
         self.model = model
         self.batch_size = batch_size
-        self.device = next(model.parameters()).device
+        self.device = input_device(model)
         self.dtype = dtype
 
     @torch.inference_mode()
@@ -126,5 +147,6 @@ class LMScorer:
                 # logits at positions W-n_last-1 .. W-1; the last one predicts beyond the window.
                 logits = self.model(input_ids=x, logits_to_keep=n_last + 1, use_cache=False).logits[:, :-1]
             logp = torch.log_softmax(logits.float(), dim=-1)  # (b, n_last, V) in float32
-            out[start:start + x.size(0)] = -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).cpu()
+            # (a model spread by device_map returns its logits on its last device)
+            out[start:start + x.size(0)] = -logp.gather(-1, y.to(logp.device).unsqueeze(-1)).squeeze(-1).cpu()
         return out

@@ -108,6 +108,9 @@ class Retrieval:
                    "the query is taken from the prefix the LM reads; lower --retrieval.query_tokens"], "retrieval")
 
 
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # Accelerate's placement strategies
+
+
 @dataclass(frozen=True)
 class Scoring:
     """How the frozen LM's forward passes run (which devices: the ``trainer`` group).
@@ -115,15 +118,27 @@ class Scoring:
     Args:
         batch_size: Rows ([document ; window]) per LM forward.
         dtype: auto (bf16 autocast on CUDA, float32 elsewhere), float32, bfloat16 or float16.
+        device_map: For an LM larger than one device: ``auto`` (or balanced, balanced_low_0, sequential)
+            spreads its layers over this machine's GPUs, then CPU memory, then disk (Accelerate's big-model
+            inference), or a map of module names to a GPU index, cpu or disk. One process then drives
+            every device, so it runs with one Lightning device (--trainer.devices 1 or auto).
+        max_memory: With device_map: the most each device may hold, e.g. {0: 70GiB, 1: 70GiB, cpu: 200GiB}.
     """
 
     batch_size: int = 16
     dtype: str = "auto"
+    device_map: str | dict[str, int | str] | None = None
+    max_memory: dict[str, int | str] | None = None
 
     def __post_init__(self) -> None:
         p = _positive(self, "scoring", ("batch_size",))
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             p.append(f"--scoring.dtype must be auto, float32, bfloat16 or float16 (got {self.dtype!r})")
+        if isinstance(self.device_map, str) and self.device_map not in DEVICE_MAPS:
+            p.append(f"--scoring.device_map must be one of {', '.join(DEVICE_MAPS)} or a map of module names to "
+                     f"devices (got {self.device_map!r})")
+        if self.max_memory is not None and self.device_map is None:
+            p.append("--scoring.max_memory needs --scoring.device_map (e.g. auto)")
         _fail(p, "scoring")
 
 
@@ -178,10 +193,19 @@ class Devices:
     num_nodes: int = 1
     strategy: str = "auto"
 
-    def kwargs(self) -> dict:
+    def kwargs(self, one_process: bool = False) -> dict:
+        """Trainer arguments. ``one_process``: the LM is spread over the devices by ``--scoring.device_map``,
+        so Lightning gets one device ("auto" becomes 1; more devices or nodes are refused)."""
         devices = self.devices
         if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
             devices = int(devices)
+        if one_process:
+            if devices not in ("auto", 1) or self.num_nodes != 1:
+                raise SettingsError(f"--scoring.device_map spreads one LM over this machine's devices from one process; "
+                                    f"it cannot run with --trainer.devices {self.devices} --trainer.num_nodes "
+                                    f"{self.num_nodes}: use --trainer.devices 1 (or drop --scoring.device_map to run "
+                                    "one copy of the LM per device)")
+            devices = 1
         return {"accelerator": self.accelerator, "devices": devices, "num_nodes": self.num_nodes,
                 "strategy": self.strategy}
 

@@ -186,6 +186,18 @@ def test_damaged_finished_shard_is_refused_then_rebuilt(built, dg_inputs, tmp_pa
     assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
 
 
+def test_an_lm_placed_by_device_map_gives_the_same_dataset(built, dg_inputs, tmp_path):
+    """--scoring.device_map (an LM larger than one device): its second block streamed from disk, the
+    rest on CPU; the dataset is the same, bit for bit."""
+    from data_gen.build import main
+
+    placement = {"transformer.wte": "cpu", "transformer.wpe": "cpu", "transformer.h.0": "cpu",
+                 "transformer.h.1": "disk", "transformer.ln_f": "cpu", "lm_head": "cpu"}
+    out = tmp_path / "out"
+    assert main(build_args(dg_inputs, out, "--scoring.device_map", json.dumps(placement))) == 0
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
+
+
 @pytest.mark.slow
 def test_two_process_ddp_matches_one_process(built, dg_inputs, tmp_path):
     out = tmp_path / "out"

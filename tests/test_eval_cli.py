@@ -96,6 +96,29 @@ def test_zero_shot_with_a_separate_lm_of_another_vocabulary(tmp_path, tiny_gpt2_
     assert res["strides_with_document"] > 0 and np.isfinite(res["ppl_word"])
 
 
+def test_an_lm_placed_by_device_map_scores_as_on_one_device(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
+    """--scoring.device_map, the path of an LM larger than one device: here its second block is streamed
+    from disk and the rest sits on CPU (Accelerate's hooks, as across GPUs). Same token NLL and choices as
+    the plain load; Lightning must not gather the model onto one device; several devices are refused."""
+    common = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL,
+              "--retrieval.index", str(bm25_corpus["index"]), "--reranker", "zero-shot"]
+    plain, a = run(tmp_path, "plain", *common)
+    placement = {"transformer.wte": "cpu", "transformer.wpe": "cpu", "transformer.h.0": "cpu",
+                 "transformer.h.1": "disk", "transformer.ln_f": "cpu", "lm_head": "cpu"}
+    placed, b = run(tmp_path, "placed", *common, "--scoring.device_map", json.dumps(placement))
+    from ralm.models import load_causal_lm
+
+    lm, _ = load_causal_lm(str(tiny_gpt2_dir), device_map=placement, offload_folder=str(tmp_path / "offload"))
+    assert lm.transformer.h[1].mlp.c_fc.weight.device.type == "meta"  # read from disk at every forward
+    ta, tb = np.load(a / "tokens.npz"), np.load(b / "tokens.npz")
+    assert np.array_equal(ta["token_id"], tb["token_id"]) and np.allclose(ta["nll"], tb["nll"], rtol=1e-5, atol=1e-5)
+    assert placed["chosen_rank_counts"] == plain["chosen_rank_counts"]
+    assert placed["ppl_word"] == pytest.approx(plain["ppl_word"], rel=1e-5)
+    assert main([*common, "--scoring.device_map", "auto", "--trainer.devices", "2", "--output_dir",
+                 str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()  # refused before any work
+
+
 def _cli(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "eval.ppl", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
