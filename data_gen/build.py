@@ -204,8 +204,8 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int) 
     if rank0:
         _log(f"[score] {n_ex:,} example(s) in {len(chunks):,} step(s) of <= {run.batch_examples} examples "
              f"(<= {run.batch_examples * (build.retrieval.k + 1)} LM rows of {window} tokens each)")
-    model, _ = load_causal_lm(build.model, "cpu", device_map=run.scoring.device_map, max_memory=run.scoring.max_memory,
-                              offload_folder=str(layout.work / "offload"))
+    model, _ = load_causal_lm(build.model, "cpu", device_map=run.scoring.device_map,
+                              max_memory=run.scoring.max_memory, offload_folder=str(layout.work / "offload"))
     shards = sorted({s for s, _ in chunks})
     dataset = ChunkDataset(chunks, {s: str(layout.retrieved(s)) for s in shards}, str(layout.tokens), build.model,
                            window, build.windows.stride, build.windows.doc_max_tokens, str(layout.retrieve_failed))
@@ -215,9 +215,9 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int) 
     module = LMScoringModule(model, stride=build.windows.stride, batch_size=run.scoring.batch_size,
                              dtype=run.scoring.dtype)
     bar = Progress(n_total, "score", "examples", enabled=run.progress and rank0, initial=n_total - n_ex)
-    trainer = pl.Trainer(**run.trainer.kwargs(one_process=run.scoring.device_map is not None), logger=False, enable_checkpointing=False, enable_model_summary=False,
-                         enable_progress_bar=False, callbacks=[ScoreWriter(layout.scores_dir, bar)],
-                         inference_mode=True)
+    trainer = pl.Trainer(**run.trainer.kwargs(one_process=run.scoring.device_map is not None), logger=False,
+                         enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
+                         callbacks=[ScoreWriter(layout.scores_dir, bar)], inference_mode=True)
     t0 = time.perf_counter()
     trainer.predict(module, dataloaders=loader, return_predictions=False)
     trainer.strategy.barrier("data_gen.score.done")  # every rank's chunk files are on disk

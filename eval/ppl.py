@@ -349,8 +349,9 @@ def _predict(model, reranker, ranker, seed, windows, max_length, scoring, traine
     bar = Progress(n_strides, f"ppl [{reranker if len(reranker) < 20 else 'predictive'}]", "strides",
                    enabled=progress, initial=n_done)
     writer = ChunkWriter(work / "chunks", bar)
-    tr = pl.Trainer(**trainer.kwargs(one_process=scoring.device_map is not None), logger=False, enable_checkpointing=False, enable_model_summary=False,
-                    enable_progress_bar=False, callbacks=[writer], inference_mode=True)
+    tr = pl.Trainer(**trainer.kwargs(one_process=scoring.device_map is not None), logger=False,
+                    enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
+                    callbacks=[writer], inference_mode=True)
     if not tr.is_global_zero:
         writer.progress = None
     tr.predict(module, dataloaders=data, return_predictions=False)
