@@ -24,31 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
 
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "L4": 121.0,
-                    "4090": 165.0, "V100": 125.0}
-
-
-def load_text_and_tokenizer(tmp: Path):
-    from transformers import GPT2TokenizerFast
-
-    from tests.tiny import train_tokenizer, wikitext_articles
-
-    raw = SHARED / "wikitext-2-raw" / "wiki.test.raw"
-    text = raw.read_text(encoding="utf-8") if raw.exists() else wikitext_articles(n_articles=200, seed=0)
-    if (SHARED / "gpt2-tokenizer" / "vocab.json").exists():
-        from tokenizers import ByteLevelBPETokenizer
-
-        bpe = ByteLevelBPETokenizer(str(SHARED / "gpt2-tokenizer" / "vocab.json"),
-                                    str(SHARED / "gpt2-tokenizer" / "merges.txt"))
-        tok = GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
-                                eos_token="<|endoftext|>", unk_token="<|endoftext|>")
-        src = "GPT-2 tokenizer (shared)"
-    else:
-        tok = train_tokenizer([text], tmp / "tok", vocab_size=2000, kind="gpt2")
-        src = "locally trained BPE (2,000) in a 50,257-row model"
-    return text, tok, ("WikiText-2 test" if raw.exists() else "pseudo-WikiText"), src
+from bench.common import bf16_peak, load_text_and_tokenizer  # noqa: E402
 
 
 def gpt2(n_layer: int, n_embd: int, n_head: int, n_positions: int, device: str):
@@ -173,7 +150,7 @@ def main(argv=None) -> int:
         model = gpt2(12, 768, 12, 1024, "cuda")
         n_params = sum(p.numel() for n, p in model.named_parameters() if "wte" not in n and "wpe" not in n)
         flops_tok = 2 * n_params + 4 * 12 * L * 768  # matmuls + attention scores/values (full, not causal-halved)
-        peak = next((v for key, v in PEAK_BF16_TFLOPS.items() if key in name), None)
+        peak = bf16_peak(name)
         for bs in (64, 136, 272):
             scorer = LMScorer(model, batch_size=bs, dtype="auto")
             scorer.nll(inputs[:bs], labels[:bs], s)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import load_text_and_tokenizer
 from bench.naive_eval import naive_nll
 from eval.loop import run_loop
 from ralm.retrieval import Passage
@@ -28,21 +30,7 @@ from ralm.scoring import LMScorer
 from ralm.selectors import BUILTIN
 from ralm.windows import stride_windows
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 NAIVE_RANKING = {"none": "none", "bm25": "first", "zero-shot": "logprob", "oracle": "oracle"}
-
-
-def tokenizer_and_text():
-    from transformers import GPT2TokenizerFast
-
-    from tests.tiny import train_tokenizer, wikitext_articles
-
-    if (SHARED / "gpt2-tokenizer" / "vocab.json").exists():
-        d = SHARED / "gpt2-tokenizer"
-        tok = GPT2TokenizerFast.from_pretrained(str(d))
-        return tok, (SHARED / "wikitext-2-raw" / "wiki.test.raw").read_text()
-    text = wikitext_articles(200, seed=0)
-    return train_tokenizer([text], Path("/tmp/bench_tok"), vocab_size=2000), text
 
 
 def main():
@@ -60,7 +48,7 @@ def main():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    tok, text = tokenizer_and_text()
+    text, tok, _, _ = load_text_and_tokenizer(Path(tempfile.mkdtemp(prefix="eval_bench_")))
     dims = dict(n_layer=2, n_embd=128, n_head=2) if args.size == "tiny" else dict(n_layer=12, n_embd=768, n_head=12)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, attn_implementation="sdpa", **dims))
     model = model.eval().to(args.device)  # the reference's model: GPT-2's own gelu_new

@@ -35,35 +35,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
 
-# Dense bf16 tensor-core peaks from the data sheets (TFLOP/s); matched against the device name.
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "L4": 121.0,
-                    "4090": 165.0, "V100": 125.0}
+from bench.common import bf16_peak, load_text_and_tokenizer  # noqa: E402
+from tests.tiny import make_gpt2  # noqa: E402
+
 WT103_TEST_TOKENS = 286_221  # GPT-2 tokens of WikiText-103 test (= WikiText-2 test)
 STRIDE, L, K, S_PRIME = 4, 1024, 16, 16
-
-
-def text_and_tokenizer(tmp: Path):
-    from transformers import GPT2TokenizerFast
-
-    from tests.tiny import train_tokenizer, wikitext_articles
-
-    raw = SHARED / "wikitext-2-raw" / "wiki.test.raw"
-    text = raw.read_text(encoding="utf-8") if raw.exists() else wikitext_articles(n_articles=200, seed=0)
-    if (SHARED / "gpt2-tokenizer" / "vocab.json").exists():
-        return text, GPT2TokenizerFast.from_pretrained(str(SHARED / "gpt2-tokenizer"))
-    return text, train_tokenizer([text], tmp / "tokenizer", vocab_size=2000)
-
-
-def save_gpt2(path: Path, tokenizer, **dims) -> Path:
-    """Random-weight GPT-2 (GPT-2's own config: gelu_new) with the tokenizer, as a model directory."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=L, **dims)).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def timed(fn, repeats: int, sync) -> float:
@@ -95,7 +72,8 @@ def lm_part(device: torch.device, sync, peak: float, repeats: int, tmp: Path, to
     from ralm.models import load_causal_lm
     from ralm.scoring import LMScorer
 
-    path = save_gpt2(tmp / "gpt2-small", tokenizer, n_layer=12, n_embd=768, n_head=12)
+    path = tmp / "gpt2-small"
+    make_gpt2(path, tokenizer, n_layer=12, n_embd=768, n_head=12, vocab_size=50257)
     model, _ = load_causal_lm(str(path), device=str(device))
     layers, d, V = 12, 768, model.config.vocab_size
     body = sum(p.numel() for n, p in model.transformer.named_parameters() if n.split(".")[0] == "h")
@@ -165,7 +143,8 @@ def naive_part(tmp: Path, text: str, tokenizer, none_strides: int, zs_strides: i
     from ralm.retrieval import Passage, reference_entry, write_reference_json
     from ralm.windows import stride_windows
 
-    model_dir = save_gpt2(tmp / "tiny", tokenizer, n_layer=2, n_embd=128, n_head=2)
+    model_dir = tmp / "tiny"
+    make_gpt2(model_dir, tokenizer, n_layer=2, n_embd=128, n_head=2, vocab_size=50257)
     paras = [x.strip() for x in text.split("\n") if len(x.split()) > 60]
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     print(f"reference loop (bench/naive_eval.py) vs python -m eval.ppl, whole processes; tiny GPT-2 2 x 128, "
@@ -223,16 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        text, tokenizer = text_and_tokenizer(tmp)
+        text, tokenizer, _, _ = load_text_and_tokenizer(tmp)
         if not a.only_naive:
             peak = gemm_peak(device, sync)
             name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
             print(f"torch {torch.__version__} on {name}, {torch.get_num_threads()} threads; "
                   f"measured GEMM {peak / 1e12:.3f} TFLOP/s ({'bf16' if device.type == 'cuda' else 'float32'})")
             if device.type == "cuda":
-                sheet = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+                sheet = bf16_peak(name)
                 if sheet is None:
-                    raise SystemExit(f"no data-sheet bf16 peak known for {name!r}; add it to PEAK_BF16_TFLOPS")
+                    raise SystemExit(f"no data-sheet bf16 peak known for {name!r}; add it to "
+                                     "bench/common.py PEAK_BF16_TFLOPS")
                 print(f"MFU below is against the data-sheet bf16 peak, {sheet:.0f} TFLOP/s")
                 peak = sheet * 1e12
             else:

@@ -22,13 +22,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import bf16_peak  # noqa: E402
 from reranking.data import RerankCollator  # noqa: E402
 from reranking.inputs import InputFormat  # noqa: E402
 from reranking.loss import MarginalLikelihoodLoss  # noqa: E402
 from reranking.model import CrossEncoder  # noqa: E402
 from tests.tiny import make_roberta, train_tokenizer, wikitext_articles  # noqa: E402
 
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L4": 121.0}
 
 
 def make_rows(n, k, seed=0):
@@ -105,7 +105,7 @@ def main():
 
             dev = torch.device("cuda")
             name = torch.cuda.get_device_name()
-            peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+            peak = bf16_peak(name)
             cfg = RobertaConfig(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                                 intermediate_size=3072, max_position_embeddings=514, pad_token_id=tok.pad_token_id)
             torch.backends.cuda.matmul.allow_tf32 = True

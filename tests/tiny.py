@@ -76,13 +76,15 @@ def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int =
 
 
 def make_gpt2(out_dir: str | Path, tokenizer, n_layer: int = 2, n_embd: int = 32, n_head: int = 2,
-              n_positions: int = 1024, seed: int = 0):
-    """A randomly initialised GPT-2 (real architecture), saved with its tokenizer."""
+              n_positions: int = 1024, seed: int = 0, vocab_size: int | None = None):
+    """A randomly initialised GPT-2 (real architecture), saved with its tokenizer.
+
+    ``vocab_size``: the embedding rows (default: the tokenizer's); 50,257 gives GPT-2's real LM-head cost."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
+    config = GPT2Config(vocab_size=vocab_size or len(tokenizer), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
                         n_head=n_head, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
     model = GPT2LMHeadModel(config).eval()
     model.save_pretrained(out_dir)
