@@ -74,7 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/demo", help="where every artifact goes (default: runs/demo)")
     ap.add_argument("--config-dir", default=str(CONFIGS),
                     help="directory with world.yaml, build.yaml, fit.yaml and ppl.yaml (default: configs/demo)")
+    ap.add_argument("--precision", choices=["auto", "float32", "bfloat16"], default="auto",
+                    help="compute precision of every stage (default auto: bf16 where the CPU runs it natively, "
+                         "float32 elsewhere; ralm.precision). The README's tables are float32's. A different "
+                         "precision needs a fresh --out (finished stages are reused)")
     args = ap.parse_args(argv)
+    scoring = ["--scoring.dtype", args.precision]
+    fit_precision = ["--trainer.precision", {"auto": "auto", "float32": "32-true", "bfloat16": "bf16-mixed"}[args.precision]]
     out = (ROOT / args.out).resolve()
     configs = Path(args.config_dir).resolve()
     world, index, data = out / "world", out / "corpus", out / "data"
@@ -88,11 +94,11 @@ def main(argv: list[str] | None = None) -> int:
           (index / "index").is_dir())
     stage("3/5 training data", ["-m", "data_gen.build", "--config", str(configs / "build.yaml"),
                                 "--text.file", str(world / "train.txt"), "--eval_text.file", str(world / "eval.txt"),
-                                "--retrieval.index", str(index / "index"), "--out", str(data)], False)
+                                "--retrieval.index", str(index / "index"), "--out", str(data), *scoring], False)
     stage("4/5 reranker", ["-m", "reranking.fit", "--config", str(configs / "fit.yaml"),
                            "--data.data_dir", str(data),
                            "--trainer.logger.init_args.save_dir", str(out / "logs"),
-                           "--export_dir", str(reranker)],
+                           "--export_dir", str(reranker), *fit_precision],
           (reranker / "reranker.json").exists())
     extra = {"predictive": ["--reranker", str(reranker)],
              "cosine": ["--reranker", "cosine", *cosine_flags(configs / "fit.yaml")]}
@@ -103,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             stage(f"5/5 eval.ppl {text} {name}",
                   ["-m", "eval.ppl", "--config", str(configs / "ppl.yaml"), "--text.file", str(world / f"{text}.txt"),
                    "--retrieval.index", str(index / "index"), *extra.get(name, ["--reranker", name]),
-                   "--output_dir", str(rdir), "--cache_dir", str(out / "retrieval_cache")],
+                   "--output_dir", str(rdir), "--cache_dir", str(out / "retrieval_cache"), *scoring],
                   (rdir / "results.json").exists())
             ppl.setdefault(text, {})[name] = json.loads((rdir / "results.json").read_text())["ppl_word"]
 

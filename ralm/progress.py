@@ -29,6 +29,7 @@ class Progress:
         self._initial = initial
         self._start = self._last = time.monotonic()
         self._bar = None
+        self.extra = ""  # appended to each log line (e.g. the current loss)
         if enabled and sys.stderr.isatty():
             from tqdm.auto import tqdm
 
@@ -50,7 +51,7 @@ class Progress:
         pct = 100.0 * self.n / self.total if self.total else 100.0
         eta = _dur(left) if left != float("inf") else "?"
         print(f"[{self.desc}] {self.n:,}/{self.total:,} {self.unit} ({pct:.1f}%) {rate:,.1f}/s, "
-              f"elapsed {_dur(now - self._start)}, ETA {eta}", file=sys.stderr, flush=True)
+              f"elapsed {_dur(now - self._start)}, ETA {eta}{self.extra}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

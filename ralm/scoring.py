@@ -6,7 +6,7 @@ original window tokens. Everything that is expensive lives here, so the speed le
 * only the positions whose log-probabilities are needed go through the LM head
   (``logits_to_keep``), which is most of the cost for small models with a 50k vocabulary;
 * many (window, document) rows go through one forward — no per-candidate Python loop;
-* log-softmax is taken in float32 whatever the compute dtype (bf16 autocast on CUDA).
+* log-softmax is taken in float32 whatever the compute dtype (bf16 autocast where it is native).
 
 Rows are scored in micro-batches of ``batch_size``; a row's result does not depend on which other
 rows share its micro-batch (no padding is ever used: rows of one call have equal length).
@@ -31,17 +31,17 @@ def resolve_device(device: str | None = None) -> torch.device:
 
 
 def autocast_for(device: torch.device, dtype: str = "auto"):
-    """The one place that turns a precision string into an autocast context.
+    """The one place that turns a precision setting into an autocast context.
 
-    "auto": bf16 autocast on CUDA, plain float32 elsewhere; "float32": never autocast;
-    "bfloat16"/"float16": autocast to that dtype on the model's device.
+    "auto": bf16 autocast where the device runs bf16 natively (:mod:`ralm.precision`), plain float32
+    elsewhere; "float32": never autocast; "bfloat16"/"float16": autocast to that dtype.
     """
-    if dtype == "float32" or (dtype == "auto" and device.type != "cuda"):
+    from ralm.precision import resolve
+
+    choice = resolve(dtype, device.type)
+    if choice.dtype == "float32":
         return contextlib.nullcontext()
-    torch_dtype = {"auto": torch.bfloat16, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
-    if torch_dtype is None:
-        raise ValueError(f"dtype must be one of auto, float32, bfloat16, float16; got {dtype!r}")
-    return torch.autocast(device_type=device.type, dtype=torch_dtype)
+    return torch.autocast(device_type=device.type, dtype=getattr(torch, choice.dtype))
 
 
 def context_length(model_or_config) -> int:

@@ -117,7 +117,8 @@ class Scoring:
 
     Args:
         batch_size: Rows ([document ; window]) per LM forward.
-        dtype: auto (bf16 autocast on CUDA, float32 elsewhere), float32, bfloat16 or float16.
+        dtype: auto (bf16 autocast where the GPU or CPU runs bf16 natively, float32 elsewhere; see
+            ralm.precision), float32, bfloat16 or float16.
         device_map: For an LM larger than one device: ``auto`` (or balanced, balanced_low_0, sequential)
             spreads its layers over this machine's GPUs, then CPU memory, then disk (Accelerate's big-model
             inference), or a map of module names to a GPU index, cpu or disk. One process then drives

@@ -33,12 +33,13 @@ WEIGHTS_FILE = "model.safetensors"
 FORMAT = "ralm-reranker"
 
 
-def export(system, out_dir: str | Path) -> Path:
-    """Write ``system`` (a :class:`~reranking.system.RerankerSystem`) as a self-describing directory."""
-    return export_model(system.model, system.tokenizer, system.fmt, system.hparams.encoder, out_dir)
+def export(system, out_dir: str | Path, trained: dict | None = None) -> Path:
+    """Write ``system`` (a :class:`~reranking.system.RerankerSystem`) as a self-describing directory;
+    ``trained``: how it was trained (e.g. the resolved precision), recorded as is."""
+    return export_model(system.model, system.tokenizer, system.fmt, system.hparams.encoder, out_dir, trained)
 
 
-def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path) -> Path:
+def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path, trained: dict | None = None) -> Path:
     """Write a reranker model, its tokenizer and input format as a self-describing directory."""
     from safetensors.torch import save_model
 
@@ -52,6 +53,8 @@ def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path) -> Pa
             "cosine_temperature": getattr(model, "temperature", None),
             "score": ("linear head on the first token's last hidden state" if fmt.architecture == "cross" else
                       "cosine of mean-pooled prefix and passage embeddings / cosine_temperature")}
+    if trained:
+        meta["trained"] = trained
     (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     return out
 

@@ -27,12 +27,56 @@ from ralm.cli import USER_ERRORS, error, quiet_libraries
 PROG = "python -m reranking.fit"
 
 
+def _trainer_class():
+    import lightning.pytorch as pl
+
+    class Trainer(pl.Trainer):
+        """Lightning's Trainer whose ``precision`` defaults to ``auto``: bf16-mixed where the accelerator runs
+        bf16 natively, 32-true elsewhere (:mod:`ralm.precision`); any Lightning precision still wins."""
+
+        def __init__(self, *args, precision: str | int | None = "auto", **kwargs):
+            from ralm.precision import lightning_precision
+
+            check_precision(precision)
+            precision, line = lightning_precision(precision, kwargs.get("accelerator"))
+            if line:
+                print(f"[reranking.fit] {line}", file=sys.stderr, flush=True)
+            from reranking.callbacks import LogProgress
+
+            callbacks = list(kwargs.pop("callbacks", None) or [])
+            if not any(isinstance(c, LogProgress) for c in callbacks):
+                callbacks.append(LogProgress())
+            if not sys.stderr.isatty():  # a carriage-return bar is noise in a log file; LogProgress prints lines
+                kwargs["enable_progress_bar"] = False
+            super().__init__(*args, precision=precision, callbacks=callbacks, **kwargs)
+
+    return Trainer
+
+
+def check_precision(precision) -> None:
+    """``auto`` or one of Lightning's precision spellings (refused with the list before anything is built)."""
+    import typing
+
+    from lightning.fabric.connector import _PRECISION_INPUT
+
+    from ralm.settings import SettingsError
+
+    allowed = ["auto"] + [v for lit in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(lit)]
+    if precision is not None and precision not in allowed and str(precision) not in map(str, allowed):
+        raise SettingsError(f"--trainer.precision {precision!r} is not a precision: use auto (bf16-mixed where the "
+                            "hardware runs bf16 natively, 32-true elsewhere) or one of "
+                            f"{', '.join(map(str, allowed[1:]))}")
+
+
 def _cli_class():
     from lightning.pytorch.cli import LightningCLI
 
     from reranking.system import MONITOR
 
     class RerankerCLI(LightningCLI):
+        def __init__(self, *args, trainer_class=None, **kwargs):
+            super().__init__(*args, trainer_class=trainer_class or _trainer_class(), **kwargs)
+
         def add_arguments_to_parser(self, parser):
             parser.add_argument("--ckpt_path", type=str | None, default=None,
                                 help="Resume from this checkpoint of a reranking.fit run (e.g. .../last.ckpt), in "
@@ -59,6 +103,7 @@ def _cli_class():
             })
 
         def before_instantiate_classes(self) -> None:
+            check_precision(self.config.trainer.get("precision"))
             check_schedule(self.config)
             resume_in_place(self.config)
 
@@ -209,7 +254,7 @@ def _run(args: list[str]):
         log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
         if trainer.is_global_zero:
             out = cli.config.export_dir or str(Path(log_dir or "checkpoints") / "reranker")
-            export(system, out)
+            export(system, out, trained={"precision": str(trainer.precision), "steps": trainer.global_step})
             print(f"exported reranker to {out}", file=sys.stderr)
     except USER_ERRORS as e:
         return error(PROG, e)

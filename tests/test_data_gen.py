@@ -39,7 +39,7 @@ def build_args(inp: dict, out: Path, *extra: str) -> list[str]:
             "--windows.max_length", str(L), "--windows.doc_max_tokens", str(DOC), "--windows.stride", str(S),
             "--examples", "40", "--shard_size", "16", "--eval_text.file", str(inp["eval"]), "--out", str(out),
             "--batch_examples", "4", "--scoring.batch_size", "32", "--trainer.accelerator", "cpu",
-            "--trainer.devices", "1", "--progress", "false", *extra]
+            "--trainer.devices", "1", "--progress", "false", "--scoring.dtype", "float32", *extra]
 
 
 def cli(args: list[str], env_extra: dict | None = None, **kw) -> subprocess.Popen:

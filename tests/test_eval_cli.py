@@ -21,7 +21,8 @@ from tests.tiny import make_gpt2, train_tokenizer
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--windows.stride", "4", "--windows.max_length", "48", "--windows.doc_max_tokens", "20",
          "--windows.zero_shot_tokens", "8", "--retrieval.k", "4", "--scoring.batch_size", "8",
-         "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--progress", "false"]
+         "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--progress", "false",
+         "--scoring.dtype", "float32"]  # compared with float32 transcriptions (auto is bf16 on some CPUs)
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,7 @@ def test_batched_loop_matches_plain_reference(lm, setup, strategy):
     expected = reference_nll(model, tok, ids, cands, strategy)
     selector = RandomCandidate(seed=0) if strategy == "random" else BUILTIN[strategy]()
     for batch_size in (1, 3, 16):
-        res = run_loop(ids, tok, LMScorer(model, batch_size=batch_size), selector,
+        res = run_loop(ids, tok, LMScorer(model, batch_size=batch_size, dtype="float32"), selector,
                        lambda run: [cands[w.index] for w in run], stride=STRIDE, max_length=L,
                        doc_max_tokens=DOC_MAX, zero_shot_tokens=S_PRIME, k=16, strides_per_chunk=5, progress=False)
         assert res.token_nll.size == len(ids) - 1
@@ -78,8 +78,8 @@ def test_documents_change_the_scores(lm, setup):
     ids, cands = setup
     fn = lambda run: [cands[w.index] for w in run]  # noqa: E731
     kw = dict(stride=STRIDE, max_length=L, doc_max_tokens=DOC_MAX, progress=False)
-    none = run_loop(ids, tok, LMScorer(model), BUILTIN["none"](), fn, **kw)
-    oracle = run_loop(ids, tok, LMScorer(model), BUILTIN["oracle"](), fn, **kw)
+    none = run_loop(ids, tok, LMScorer(model, dtype="float32"), BUILTIN["none"](), fn, **kw)
+    oracle = run_loop(ids, tok, LMScorer(model, dtype="float32"), BUILTIN["oracle"](), fn, **kw)
     assert oracle.nll_sum < none.nll_sum
 
 

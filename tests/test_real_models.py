@@ -52,7 +52,7 @@ def test_smollm2_loop_matches_plain_reference(smollm, text_and_cands, strategy):
     ids, cands = text_and_cands
     expected = strided_nll(model, tok, ids, cands, strategy, stride=STRIDE, max_length=L, doc_max=DOC_MAX,
                            s_prime=S_PRIME)
-    res = run_loop(ids, tok, LMScorer(model, batch_size=5), BUILTIN[strategy](), lambda run: [cands[w.index] for w in run],
+    res = run_loop(ids, tok, LMScorer(model, batch_size=5, dtype="float32"), BUILTIN[strategy](), lambda run: [cands[w.index] for w in run],
                    stride=STRIDE, max_length=L, doc_max_tokens=DOC_MAX, zero_shot_tokens=S_PRIME, k=3,
                    strides_per_chunk=4, progress=False)
     np.testing.assert_allclose(res.token_nll, expected.numpy(), rtol=1e-4, atol=1e-4)
@@ -96,7 +96,7 @@ def test_smollm2_training_targets_match_plain_forward(smollm, text_and_cands, tm
     pq.write_table(pa.table({"id": [0], "position": [position], "doc_texts": [docs]}), tmp_path / "r.parquet")
     ds = ChunkDataset([(0, [0])], {0: str(tmp_path / "r.parquet")}, str(tmp_path / "tokens.npy"), "smollm2-135m",
                       window=L, stride=STRIDE, doc_max_tokens=DOC_MAX, failed_path=str(tmp_path / "failed"))
-    module = LMScoringModule(model, stride=STRIDE, batch_size=3)
+    module = LMScoringModule(model, stride=STRIDE, batch_size=3, dtype="float32")
     module.on_predict_start()
     got = module.predict_step(ds[0], 0)["logprobs"].tolist()  # candidates in rank order, then no document
     ref = [target_logprob(model, tok, ids, position, d, stride=STRIDE, max_length=L, doc_max=DOC_MAX) for d in docs]

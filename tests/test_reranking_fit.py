@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -152,7 +153,7 @@ def test_ddp_validation_metrics_equal_single_process(tmp_path, tiny_roberta_dir,
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     args = fit_args(tiny_roberta_dir, rerank_data_dir, 4, "--trainer.strategy", "ddp", "--trainer.devices", "2",
-                    "--trainer.deterministic", "true")
+                    "--trainer.deterministic", "true", "--trainer.precision", "32-true")  # as the check below
     proc = subprocess.run([sys.executable, "-m", "reranking.fit", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -228,3 +229,22 @@ def test_bi_encoder_fits_exports_and_scores_as_trained(tmp_path, tiny_bert_dir, 
                              [0] * len(c))
             want = system.model(**enc)
             torch.testing.assert_close(got[i], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_log_file_shows_progress_and_the_resolved_precision(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys,
+                                                              monkeypatch):
+    """stderr not a terminal (a log file): step lines with rate and ETA, the validation metrics, the precision
+    that ``auto`` resolved to (printed, and recorded in the export)."""
+    from ralm.precision import lightning_precision
+    from reranking.fit import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["reranking.fit"])
+    cli = main(fit_args(tiny_roberta_dir, rerank_data_dir, 4))
+    err = capsys.readouterr().err
+    expected = lightning_precision("auto", "cpu")[0]
+    assert f"[reranking.fit] precision {expected}: " in err, err
+    assert "[fit] 4/4 steps (100.0%)" in err and "ETA" in err, err
+    assert "[fit] step 4 validation: " in err and "val/nll_reranker" in err, err
+    meta = json.loads((tmp_path / cli.trainer.log_dir / "reranker" / "reranker.json").read_text())
+    assert meta["trained"] == {"precision": expected, "steps": 4}
