@@ -1,10 +1,12 @@
 """``python -m eval.compare RUN_DIR...``: several ``eval.ppl`` runs of one text side by side.
 
-Prints one Markdown table (word- and token-level perplexity, relative change against the ``none`` and
-``bm25`` runs when present, the share of strides that took BM25's first hit, and the number of strides
-whose NLL went down or up against ``bm25``) and writes a plot: each run's per-stride NLL gain over the
-first run given (cumulative, along the text) and the perplexities. Runs must be complete and of the
-same text and windows; anything else is refused with the directory named.
+Prints one Markdown table (word- and token-level perplexity, relative change against the ``none`` run,
+the change against a baseline run (``--baseline``, default ``bm25``) with its paired bootstrap 95 %
+interval over whole articles and the bootstrap p-value, the strides whose NLL went down / up against it
+with the sign test's p-value (:mod:`eval.stats`), the share of strides that took BM25's first hit, and
+the cost: seconds of scoring per 1,000 strides, as each run measured it) and writes a plot: each run's
+per-stride NLL gain over the first run given (cumulative, along the text) and the perplexities. Runs
+must be complete and of the same text and windows; anything else is refused with the directory named.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.stats import BOOTSTRAP_SAMPLES, DEFAULT_BLOCKS, p_cell, paired_bootstrap, sign_test, units_of
 from ralm.settings import InputError
 
 
@@ -26,8 +29,10 @@ def load_run(d: Path) -> dict:
                          "rerun eval.ppl there to finish it")
     import pyarrow.parquet as pq
 
-    t = pq.read_table(d / "strides.parquet", columns=["stride", "nll", "n_tokens", "chosen_rank"])
-    return {"dir": d, "results": res, "nll": t.column("nll").to_numpy(), "rank": t.column("chosen_rank").to_numpy()}
+    t = pq.read_table(d / "strides.parquet")
+    return {"dir": d, "results": res, "nll": t.column("nll").to_numpy(), "rank": t.column("chosen_rank").to_numpy(),
+            "n_tokens": t.column("n_tokens").to_numpy(),
+            "article": t.column("article").to_numpy() if "article" in t.column_names else None}
 
 
 def _label(run: dict) -> str:
@@ -36,25 +41,42 @@ def _label(run: dict) -> str:
     return Path(run["dir"]).name if "/" in name or len(name) > 24 else name
 
 
-def table(runs: list[dict]) -> str:
-    by = {r["results"]["reranker"]: r for r in runs}
-    base = {k: by[k]["results"]["ppl_word"] for k in ("none", "bm25") if k in by}
-    head = ["run", "word ppl", "token ppl"] + [f"vs {k}" for k in base] + ["BM25 first chosen", "strides better / worse than bm25"]
+def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS) -> str:
+    """The comparison table; the baseline is the run whose reranker (or directory name) is ``baseline``."""
+    by = {r["results"]["reranker"]: r for r in runs} | {Path(r["dir"]).name: r for r in runs}
+    none = by.get("none")
+    base = by.get(baseline)
+    unit, unit_name = units_of(len(runs[0]["nll"]), runs[0]["article"], blocks)
+    bl = _label(base) if base else baseline
+    head = ["run", "word ppl", "token ppl"] + (["vs none"] if none else [])
+    if base:
+        head += [f"vs {bl} [95% CI]", "p (bootstrap)", f"strides better / worse than {bl}", "p (sign test)"]
+    head += ["BM25 first chosen", "s / 1k strides"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in runs:
         res = r["results"]
         row = [_label(r), f"{res['ppl_word']:.3f}", f"{res['ppl_token']:.3f}"]
-        row += [f"{100 * (res['ppl_word'] / v - 1):+.1f}%" for v in base.values()]
+        if none:
+            row.append(f"{100 * (res['ppl_word'] / none['results']['ppl_word'] - 1):+.1f}%")
+        if base and r is base:
+            row += ["-", "-", "-", "-"]
+        elif base:
+            bs = paired_bootstrap(r["nll"], base["nll"], r["n_tokens"], res["n_words"], unit, unit_name)
+            better, worse, p = sign_test(r["nll"], base["nll"])
+            row += [bs.cell(), p_cell(bs.p_not_better if bs.change < 0 else 1 - bs.p_not_better),
+                    f"{better} / {worse}", p_cell(p)]
         with_doc = r["rank"] >= 0
         row.append(f"{100 * (r['rank'][with_doc] == 0).mean():.0f}%" if with_doc.any() else "-")
-        if "bm25" in by:
-            d = r["nll"] - by["bm25"]["nll"]
-            row.append(f"{int((d < -1e-6).sum())} / {int((d > 1e-6).sum())}")
-        else:
-            row.append("-")
+        cost = res.get("seconds_per_1000_strides")
+        row.append(f"{cost:,.0f}" if cost is not None else "n/a")
         lines.append("| " + " | ".join(row) + " |")
     n = runs[0]["results"]
-    lines.append(f"\n{n['n_strides']} strides, {n['n_scored_tokens']} scored tokens, {n['n_words']} words (spaces).")
+    lines.append(f"\n{n['n_strides']} strides, {n['n_scored_tokens']} scored tokens, {n['n_words']} words (spaces), "
+                 f"{unit.max() + 1} {unit_name}s.")
+    if base:
+        lines.append(f"Interval: paired bootstrap of the word-perplexity change against {bl}, {BOOTSTRAP_SAMPLES:,} "
+                     f"resamples of whole {unit_name}s (eval.stats); p (bootstrap): share of resamples on the other "
+                     "side of zero. Sign test: strides with lower / higher NLL than the baseline, ties dropped, two-sided.")
     return "\n".join(lines) + "\n"
 
 
@@ -84,12 +106,16 @@ def plot(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def compare(runs: list[str], out: str | None = None) -> str:
+def compare(runs: list[str], out: str | None = None, baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS) -> str:
     """Compare complete eval.ppl runs of one text.
 
     Args:
         runs: Run directories (the first is the reference of the plot's gains, e.g. the none run).
         out: Where to write comparison.md and comparison.png (default: the runs' common parent).
+        baseline: The run every other is tested against (interval, sign test): a reranker name (bm25, none,
+            ...) or a run directory's name.
+        blocks: Resampling units when the runs do not record the article of each stride: this many blocks
+            of consecutive strides.
     """
     if len(runs) < 1:
         raise InputError("give at least one eval.ppl run directory")
@@ -101,7 +127,9 @@ def compare(runs: list[str], out: str | None = None) -> str:
             if res[key] != first[key]:
                 raise InputError(f"{r['dir']} is a run of another text or other windows ({key} {res[key]} vs "
                                  f"{first[key]} in {loaded[0]['dir']}); compare runs of one text")
-    md = table(loaded)
+    if blocks < 2:
+        raise InputError(f"--blocks must be >= 2 (got {blocks})")
+    md = table(loaded, baseline, blocks)
     dest = Path(out) if out else Path(*Path(runs[0]).resolve().parts[:-1])
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "comparison.md").write_text(md)

@@ -1,7 +1,7 @@
 """What an ``eval.ppl`` run leaves behind, written so that nothing half-written passes as complete.
 
-``OUT/`` holds ``strides.parquet`` (per stride: NLL, tokens, the chosen passage's rank, id, title and
-text), ``tokens.npz`` (per-token NLL, token id, stride), ``plot.png`` (NLL along the text, chosen-rank
+``OUT/`` holds ``strides.parquet`` (per stride: NLL, tokens, the article it scores, the chosen passage's
+rank, id, title and text), ``tokens.npz`` (per-token NLL, token id, stride), ``plot.png`` (NLL along the text, chosen-rank
 histogram), ``results.md`` and, written last, ``results.json``: the perplexities, the run's identity
 and the sha256 of every other file. A run is complete exactly when ``results.json`` exists and the
 hashes match (:func:`read_complete`); every file is written to a temporary name and renamed, so a
@@ -74,7 +74,8 @@ def plot(path: Path, res, title: str) -> None:
     plt.close(fig)
 
 
-def write_outputs(out_dir: Path, res, *, reranker: str, n_words: int, identity: dict, meta: dict) -> dict:
+def write_outputs(out_dir: Path, res, *, reranker: str, n_words: int, identity: dict, meta: dict,
+                  article: np.ndarray | None = None) -> dict:
     """Write every output file, ``results.json`` last; returns the results."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -97,8 +98,9 @@ def write_outputs(out_dir: Path, res, *, reranker: str, n_words: int, identity: 
     }
     (out_dir / RESULTS).unlink(missing_ok=True)  # from here until the end the run is not complete
     get = lambda attr: [getattr(p, attr) if p is not None else "" for p in res.chosen]  # noqa: E731
+    columns = {} if article is None else {"article": article}  # resampling unit of eval.compare's intervals
     table = pa.table({
-        "stride": res.stride_index, "nll": res.stride_nll, "n_tokens": res.stride_n_tokens,
+        "stride": res.stride_index, **columns, "nll": res.stride_nll, "n_tokens": res.stride_n_tokens,
         "chosen_rank": res.chosen_rank, "n_candidates": res.n_candidates, "chosen_docid": get("docid"),
         "chosen_title": get("title"), "chosen_text": get("text"),
     })

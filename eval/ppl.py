@@ -23,7 +23,7 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ralm.settings import (
@@ -239,6 +239,11 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
                          f"no stride would retrieve, so --reranker {reranker} would measure no retrieval at all. Use a "
                          "longer text or a smaller --windows.max_length")
 
+    from ralm.precision import for_run
+
+    setting = scoring.dtype
+    precision = for_run(setting, trainer.accelerator)  # recorded resolved: it changes the numbers
+    scoring = replace(scoring, dtype=precision.dtype)
     identity = {
         "model": model_identity(model), "reranker": reranker_identity(reranker),
         "text": {"source": text.describe(), "sha256": hashlib.sha256(body.encode()).hexdigest()},
@@ -284,13 +289,15 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         source_meta.update(src.meta)
         return src
 
-    rank0 = True
+    rank0, predict_seconds = True, None
     if pending:
-        rank0 = _predict(model, reranker, ranker, seed, windows, max_length, scoring, trainer, ids_t, tokenizer,
+        rank0, predict_seconds = _predict(model, reranker, ranker, seed, windows, max_length, scoring, trainer, ids_t, tokenizer,
                          pending, make_candidates if uses_docs else None, work, len(wins),
                          sum(len(c.windows) for c in chunks if c.index in finished), progress, retrieval.k, verbose)
     if not rank0:
         return {}
+    if pending:
+        print(f"[eval.ppl] scored with LM compute dtype {precision.describe(setting)}", file=sys.stderr)
     results = [finished.get(c.index) or load_chunk(chunk_path(work / "chunks", c.index)) for c in chunks]
     if any(r is None for r in results):
         raise InputError(f"{sum(r is None for r in results)} chunk(s) have no result after scoring; rerun the same "
@@ -300,12 +307,17 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         make_candidates().close()  # every chunk was finished earlier: record where candidates came from
     if save_retrieval_file and uses_docs:
         _save_retrieval(save_retrieval_file, chunks, wins, ids, tokenizer, make_candidates)
+    # Cost: seconds of scoring (retrieval, reranking and LM forwards; not start-up or loading) per 1,000
+    # strides, when this process scored every stride (a resumed run's earlier part was not timed).
+    cost = round(1000 * predict_seconds / len(wins), 2) if predict_seconds and len(pending) == len(chunks) else None
     meta = {"model": model, "max_length_used": max_length, "seconds": round(time.time() - t0, 2),
+            "seconds_per_1000_strides": cost, "precision": precision.describe(setting),
             "retrieval": source_meta, "settings": {"windows": as_dict(windows), "retrieval": as_dict(retrieval),
                                                   "scoring": as_dict(scoring), "ranker": as_dict(ranker)}}
     from eval.outputs import write_outputs
 
-    results_dict = write_outputs(out, res, reranker=reranker, n_words=word_count(body), identity=identity, meta=meta)
+    results_dict = write_outputs(out, res, reranker=reranker, n_words=word_count(body), identity=identity, meta=meta,
+                                 article=stride_articles(tokenizer, body, wins, res.stride_index))
     if not keep_work:
         import shutil
 
@@ -354,10 +366,30 @@ def _predict(model, reranker, ranker, seed, windows, max_length, scoring, traine
                     callbacks=[writer], inference_mode=True)
     if not tr.is_global_zero:
         writer.progress = None
+    t0 = time.perf_counter()
     tr.predict(module, dataloaders=data, return_predictions=False)
     tr.strategy.barrier("eval.ppl.done")  # every rank's chunk files are on disk
     bar.close()
-    return tr.is_global_zero
+    return tr.is_global_zero, time.perf_counter() - t0
+
+
+def stride_articles(tokenizer, body: str, wins, stride_index) -> "np.ndarray | None":
+    """The article (0-based, in text order) of each stride's first scored token, for statistics that
+    resample whole articles (eval.compare); None when the tokenizer gives no character offsets."""
+    import numpy as np
+
+    from data_gen.sample import split_articles
+
+    try:
+        enc = tokenizer(body, add_special_tokens=False, return_offsets_mapping=True)
+    except (NotImplementedError, ValueError, TypeError):
+        return None
+    starts = np.array([o[0] for o in enc["offset_mapping"]], dtype=np.int64)  # char start per token
+    pieces, _ = split_articles(body)
+    piece_start = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+    token_article = np.searchsorted(piece_start, starts, side="right") - 1
+    first_scored = np.array([wins[i].end - wins[i].trg_len for i in stride_index], dtype=np.int64)
+    return token_article[np.minimum(first_scored, len(token_article) - 1)].astype(np.int32)
 
 
 def _save_retrieval(path, chunks, wins, ids, tokenizer, make_candidates) -> None:

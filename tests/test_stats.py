@@ -1,0 +1,62 @@
+"""eval.stats against plain transcriptions, and eval.compare printing them for any set of runs."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from eval.stats import paired_bootstrap, sign_test, units_of
+
+
+def _plain_bootstrap(nll, base, toks, words, unit, samples, seed):
+    """One resample at a time, unit by unit, as the method is written down."""
+    n_units = int(unit.max()) + 1
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n_units, size=(samples, n_units))
+    w_per_tok = words / toks.sum()
+    changes = []
+    for row in draws:
+        d = t = 0.0
+        for u in row:
+            sel = unit == u
+            d += float((nll[sel] - base[sel]).sum())
+            t += float(toks[sel].sum())
+        changes.append(math.exp(d / (w_per_tok * t)) - 1)
+    return np.percentile(changes, [2.5, 97.5]), np.mean(np.array(changes) >= 0)
+
+
+def test_paired_bootstrap_matches_a_plain_transcription():
+    rng = np.random.default_rng(0)
+    n = 57  # strides; 5 articles of uneven length
+    article = np.sort(rng.integers(0, 5, size=n))
+    toks = rng.integers(3, 33, size=n).astype(float)
+    base = rng.gamma(2.0, 20.0, size=n)
+    nll = base + rng.normal(-1.0, 3.0, size=n)
+    unit, name = units_of(n, article)
+    assert name == "article" and unit.max() == len(np.unique(article)) - 1
+    bs = paired_bootstrap(nll, base, toks, 400, unit, name, samples=200, seed=3)
+    (lo, hi), p = _plain_bootstrap(nll, base, toks, 400, unit, 200, 3)
+    assert bs.change == pytest.approx(math.exp((nll - base).sum() / 400) - 1, rel=1e-12)
+    assert (bs.low, bs.high, bs.p_not_better) == pytest.approx((lo, hi, p), rel=1e-9)
+    assert bs.low <= bs.change <= bs.high
+
+
+def test_identical_runs_have_a_zero_width_interval_and_blocks_cover_every_stride():
+    x = np.arange(30, dtype=float)
+    unit, name = units_of(30, None, blocks=7)
+    assert name == "block" and sorted(set(unit.tolist())) == list(range(7)) and (np.diff(unit) >= 0).all()
+    bs = paired_bootstrap(x, x, np.ones(30), 50, unit, name)
+    assert (bs.change, bs.low, bs.high) == (0.0, 0.0, 0.0)
+
+
+def test_sign_test_is_the_exact_two_sided_binomial():
+    rng = random.Random(1)
+    d = [rng.choice([-1.0, 1.0, 0.0]) for _ in range(41)]
+    better, worse, p = sign_test(np.array(d), np.zeros(41))
+    n = better + worse
+    k = min(better, worse)
+    plain = min(1.0, 2 * sum(math.comb(n, i) * 0.5 ** n for i in range(k + 1)))
+    assert (better, worse) == (d.count(-1.0), d.count(1.0)) and p == pytest.approx(plain, rel=1e-12)
+    assert sign_test(np.zeros(3), np.zeros(3)) == (0, 0, 1.0)
+    assert sign_test(-np.ones(20), np.zeros(20))[2] == pytest.approx(2 * 0.5 ** 20)
