@@ -32,24 +32,15 @@ SHARED = ROOT.parent / "shared" / "data"
 
 def split_halves(text: str, max_chars: int) -> tuple[str, str, int]:
     """(first halves, second halves, articles) of the first test articles whose second halves add up
-    to ``max_chars`` characters. Each half keeps the article's heading; the cut falls between paragraphs."""
+    to ``max_chars`` characters (``ralm.text.article_halves``)."""
     sys.path.insert(0, str(ROOT))
-    from data_gen.sample import split_articles
+    from ralm.text import article_halves
 
-    pieces, titles = split_articles(text)
     first, second, used = [], [], 0
-    for piece, title in zip(pieces, titles):
-        if not title:
-            continue
-        lines = piece.splitlines(keepends=True)
-        head, body = lines[:3], lines[3:]  # " \n", " = Title = \n", " \n"
-        paras = [i for i, line in enumerate(body) if line.strip()]
-        if len(paras) < 4:
-            continue
-        cut = paras[len(paras) // 2]
-        first.append("".join(head + body[:cut]))
-        second.append("".join(head + body[cut:]))
-        used += len(second[-1])
+    for _, a, b in article_halves(text):
+        first.append(a)
+        second.append(b)
+        used += len(b)
         if used >= max_chars:
             break
     return "".join(first), "".join(second), len(first)

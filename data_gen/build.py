@@ -191,6 +191,7 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int) 
 
     from ralm.cli import quiet_lightning
     from ralm.models import load_causal_lm
+    from ralm.precision import for_run
     from ralm.progress import Progress
 
     from .score import ChunkDataset, LMScoringModule, ScoreWriter, unwrap
@@ -201,9 +202,11 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int) 
     if not chunks:
         return rank0
     n_ex = sum(len(c[1]) for c in chunks)
+    precision = for_run(run.scoring.dtype, run.trainer.accelerator)
     if rank0:
         _log(f"[score] {n_ex:,} example(s) in {len(chunks):,} step(s) of <= {run.batch_examples} examples "
-             f"(<= {run.batch_examples * (build.retrieval.k + 1)} LM rows of {window} tokens each)")
+             f"(<= {run.batch_examples * (build.retrieval.k + 1)} LM rows of {window} tokens each); LM compute "
+             f"dtype {precision.describe(run.scoring.dtype)}")
     model, _ = load_causal_lm(build.model, "cpu", device_map=run.scoring.device_map,
                               max_memory=run.scoring.max_memory, offload_folder=str(layout.work / "offload"))
     shards = sorted({s for s, _ in chunks})
@@ -213,7 +216,7 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int) 
                         multiprocessing_context="spawn" if run.num_workers > 0 else None,
                         persistent_workers=run.num_workers > 0)
     module = LMScoringModule(model, stride=build.windows.stride, batch_size=run.scoring.batch_size,
-                             dtype=run.scoring.dtype)
+                             dtype=precision.dtype)
     bar = Progress(n_total, "score", "examples", enabled=run.progress and rank0, initial=n_total - n_ex)
     trainer = pl.Trainer(**run.trainer.kwargs(one_process=run.scoring.device_map is not None), logger=False,
                          enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
@@ -310,6 +313,7 @@ def build_dataset(build: BuildConfig, run: RunConfig) -> dict | None:
 def write_manifest(layout, run: RunConfig, window: int, tokenizer, n_tokens: int) -> dict:
     import pyarrow.parquet as pq
 
+    from ralm.precision import for_run
     from ralm.schema import TRAINING_SCHEMA
 
     from .shards import atomic_write_json, content_hash, file_sha256, package_versions
@@ -330,6 +334,8 @@ def write_manifest(layout, run: RunConfig, window: int, tokenizer, n_tokens: int
         "index_fingerprint": retrieval.get("fingerprint"), "corpus_passages": retrieval.get("num_docs"),
         "n_forbidden_titles": retrieval.get("n_forbidden_titles"), "L": window,
         "examples_with_fewer_than_k": short,
+        # how the last scoring run computed (auto resolves by the hardware: ralm.precision)
+        "scoring_dtype": for_run(run.scoring.dtype, run.trainer.accelerator).dtype,
         "lm_logprobs": "sum over the s target tokens of log p (nats, float32), per candidate, BM25 rank order",
         "schema": {f.name: str(f.type) for f in TRAINING_SCHEMA},
         "config": build.to_dict(), "versions": package_versions(),
@@ -350,7 +356,8 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
           text: Text = WIKITEXT103_TRAIN, eval_text: Text = WIKITEXT103_TEST, retrieval: Retrieval = Retrieval(),
           windows: Windows = Windows(), out: str = "checkpoints/data_gen", stage: str = "all", batch_examples: int = 8,
           scoring: Scoring = Scoring(), num_workers: int = 0, retrieval_batch: int = 256, keep_work: bool = False,
-          trainer: Devices = Devices(), verbose: bool = False, progress: bool = True) -> dict | None:
+          trainer: Devices = Devices(), verbose: bool = False, progress: bool = True,
+          exclude_source: bool = True) -> dict | None:
     """Build (or resume, or check) an LM-supervised reranker training set.
 
     Args:
@@ -375,9 +382,11 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
         trainer: Lightning devices for the scoring stage.
         verbose: Show library and Java logging.
         progress: Show progress (a bar on a terminal, periodic lines otherwise).
+        exclude_source: Never retrieve a passage titled like the example's own article (false: for a corpus
+            that holds only parts of the articles the prefixes do not come from, e.g. their first halves).
     """
     b = BuildConfig(examples=examples, seed=seed, shard_size=shard_size, model=model, text=text, eval_text=eval_text,
-                    retrieval=retrieval, windows=windows)
+                    retrieval=retrieval, windows=windows, exclude_source=exclude_source)
     r = RunConfig(out=out, stage=stage, batch_examples=batch_examples, scoring=scoring, num_workers=num_workers,
                   retrieval_batch=retrieval_batch, keep_work=keep_work, trainer=trainer, verbose=verbose,
                   progress=progress)

@@ -33,6 +33,7 @@ class BuildConfig:
     eval_text: Text
     retrieval: Retrieval
     windows: Windows
+    exclude_source: bool = True
 
     def __post_init__(self) -> None:
         problems = [f"--{n} must be >= 1 (got {getattr(self, n)})" for n in ("examples", "shard_size")

@@ -2,7 +2,9 @@
 
 Per example: query = decode of the ℓ tokens before the targets; candidates whose title equals the
 example's source article title are excluded (the reranker must not learn to find the verbatim
-continuation), and so are the forbidden evaluation titles. Results are written per shard
+continuation; ``--exclude_source false`` keeps them, for a corpus built so that it holds no text of the
+training prefixes' own part of the article, e.g. first halves indexed, prefixes from second halves), and so
+are the forbidden evaluation titles. Results are written per shard
 (``work/retrieved/shard-NNNNN.parquet``); finished shards are skipped on resume.
 
 With ``--stage all`` the shards are retrieved by :class:`RetrieveThread` while earlier shards are being
@@ -57,13 +59,14 @@ def retrieve_shard(searcher, build: BuildConfig, tokenizer, ids: np.ndarray, exa
 
     k, ell = build.retrieval.k, build.retrieval.query_tokens
     queries = [query_text(tokenizer, ids, int(p), ell) for p in positions]
-    futures = [searcher.submit(queries[i:i + batch], k, exclude_titles=titles[i:i + batch], forbidden=forbidden)
+    excluded = list(titles) if build.exclude_source else [None] * len(titles)
+    futures = [searcher.submit(queries[i:i + batch], k, exclude_titles=excluded[i:i + batch], forbidden=forbidden)
                for i in range(0, len(queries), batch)]
     results = [r for f in futures for r in f.result()]
     # The source article may also carry its Wikipedia spelling (DPR: "Kiss You (One Direction song)" for
     # WikiText's "Kiss You ( One Direction song )"): exclude both spellings, per source title.
     groups: dict[str, list[int]] = {}
-    for i, t in enumerate(titles):
+    for i, t in enumerate(excluded):
         if t and detokenize_title(t) != t:
             groups.setdefault(t, []).append(i)
     for t, idx in groups.items():

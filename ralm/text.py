@@ -36,3 +36,28 @@ def load_text(dataset: str = "wikitext", name: str | None = "wikitext-103-v1", s
 def word_count(text: str) -> int:
     """The reference's word-level normaliser: the number of ``" "`` characters (not a word split)."""
     return text.count(" ")
+
+
+def article_halves(text: str) -> list[tuple[str, str, str]]:
+    """``(title, first half, second half)`` of every titled article of a raw-WikiText-layout text.
+
+    Each half keeps the article's heading block (so both are titled like the article); the cut falls
+    between paragraphs, before the middle non-empty paragraph line. Articles with fewer than four
+    paragraph lines are skipped (no half would be worth indexing or reading). The split behind the
+    leak-free related corpora (docs/METHOD.md §5): index the first halves, read the second halves.
+    """
+    from data_gen.sample import split_articles
+
+    pieces, titles = split_articles(text)
+    out = []
+    for piece, title in zip(pieces, titles):
+        if not title:
+            continue
+        lines = piece.splitlines(keepends=True)
+        head, body = lines[:3], lines[3:]  # " \n", " = Title = \n", " \n"
+        paras = [i for i, line in enumerate(body) if line.strip()]
+        if len(paras) < 4:
+            continue
+        cut = paras[len(paras) // 2]
+        out.append((title, "".join(head + body[:cut]), "".join(head + body[cut:])))
+    return out

@@ -1,0 +1,174 @@
+"""The paper's whole pipeline on real text with real models, sized for a 2-core CPU, stage by stage.
+
+    python bench/real_reranker.py prepare     # splits and the related, leak-free BM25 index (~1 min)
+    python bench/real_reranker.py data        # data_gen.build with SmolLM2 (hours; committed under data/real/)
+    python bench/real_reranker.py fit         # MiniLM bi- and cross-encoder rerankers, several seeds
+    python bench/real_reranker.py eval        # eval.ppl rows on the report text, then eval.compare
+    python bench/real_reranker.py all         # every stage in turn
+
+Splits (docs/METHOD.md §5). For every WikiText-2 article of train, valid and test, its first half is
+indexed (``ralm.text.article_halves``); training prefixes come from the second halves of the *train*
+articles; settings are chosen on the second halves of the first 20 *valid* articles (``dev``); results
+are reported on the second halves of the first 20 *test* articles (``report``) and re-checked on the
+second halves of test articles 21-40 (``recheck``), which nothing was chosen on. No passage overlaps
+an evaluated text; the related text (the same article's first half) is in the corpus, as it is for a
+corpus that covers the evaluated topics.
+
+Every stage is a real command (``ralm.corpus``, ``data_gen.build``, ``reranking.fit``, ``eval.ppl``,
+``eval.compare``) run as a subprocess with a config under ``configs/real/``; each one resumes after a
+kill, so a rerun of this script continues where it stopped. Needs ``../shared/data`` (WikiText-2) and
+``python -m ralm.models fetch smollm2-135m minilm-l6``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+SOURCES = {"train": SHARED / "wikitext-2-tokens" / "wiki.train.tokens",
+           "valid": SHARED / "wikitext-2-raw" / "wiki.valid.raw",
+           "test": SHARED / "wikitext-2-raw" / "wiki.test.raw"}
+#: (name, source split, first article, last article + 1) of the texts the LM reads.
+TEXTS = (("train", "train", 0, None), ("dev", "valid", 0, 20), ("report", "test", 0, 20),
+         ("recheck", "test", 20, 40))
+
+
+def run(cmd: list[str], log: Path | None = None) -> None:
+    print("$ " + " ".join(cmd), flush=True)
+    t = time.time()
+    subprocess.run([sys.executable, *cmd], check=True, cwd=ROOT)
+    print(f"  ({time.time() - t:.0f} s)", flush=True)
+
+
+def prepare(out: Path) -> None:
+    """Write the corpus text (first halves of every article), the four read texts, and index the corpus."""
+    sys.path.insert(0, str(ROOT))
+    from ralm.text import article_halves
+
+    texts = out / "texts"
+    texts.mkdir(parents=True, exist_ok=True)
+    halves = {split: article_halves(path.read_text(encoding="utf-8")) for split, path in SOURCES.items()}
+    corpus = "".join(first for split in ("train", "valid", "test") for _, first, _ in halves[split])
+    (texts / "corpus.txt").write_text(corpus, encoding="utf-8")
+    for name, split, lo, hi in TEXTS:
+        part = halves[split][lo:hi]
+        (texts / f"{name}.txt").write_text("".join(second for _, _, second in part), encoding="utf-8")
+        print(f"{name}: {len(part)} {split} articles, second halves", flush=True)
+    if not (out / "corpus" / "index").is_dir():
+        run(["-m", "ralm.corpus", "--text.file", str(texts / "corpus.txt"), "--out", str(out / "corpus")])
+
+
+def data(out: Path, extra: list[str]) -> None:
+    run(["-m", "data_gen.build", "--config", "configs/real/build.yaml", "--text.file", str(out / "texts" / "train.txt"),
+         "--retrieval.index", str(out / "corpus" / "index"), *extra])
+
+
+DATA = ROOT / "data" / "real" / "smollm2-wt2"
+
+
+def training_data(out: Path, shards: int | None) -> Path:
+    """The training shards a fit reads: the first ``shards`` shards of the committed dataset (all when
+    None), linked into one directory so that the fit's data is fixed even while data_gen still runs."""
+    files = sorted(DATA.glob("train-*.parquet"))
+    if shards is not None:
+        want = [f for f in files if int(f.name.split("-")[1]) < shards]
+        if len(want) < shards:
+            raise SystemExit(f"--shards {shards}: only {len(want)} of the first {shards} shards are in {DATA}; "
+                             "run the data stage further or lower --shards")
+        files = want
+    d = out / f"train-data-{len(files)}shards"
+    d.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        link = d / f.name
+        if not link.exists():
+            link.symlink_to(f)
+    return d
+
+
+def fit(out: Path, archs: list[str], seeds: list[int], shards: int | None, extra: list[str]) -> None:
+    data_dir = training_data(out, shards)
+    for arch in archs:
+        for seed in seeds:
+            export = out / "rerankers" / f"{arch}-seed{seed}"
+            if (export / "reranker.json").exists():
+                print(f"{export}: done already", flush=True)
+                continue
+            run(["-m", "reranking.fit", "--config", f"configs/real/fit_{arch}.yaml", "--data.data_dir", str(data_dir),
+                 "--seed_everything", str(seed), "--trainer.logger.init_args.save_dir", str(out / "logs"),
+                 "--trainer.logger.init_args.version", f"seed{seed}", "--export_dir", str(export), *extra])
+
+
+def rows(out: Path, text: str, cheap_only: bool) -> list[tuple[str, list[str]]]:
+    """(row name, eval.ppl flags) for ``text``: the baselines, then every trained reranker found."""
+    base = ["none", "bm25", "cosine"] + ([] if cheap_only else ["zero-shot", "oracle"])
+    trained = sorted(p for p in (out / "rerankers").glob("*-seed*") if (p / "reranker.json").exists())
+    return [(r, ["--reranker", r]) for r in base] + [(p.name, ["--reranker", str(p)]) for p in trained]
+
+
+def evaluate(out: Path, texts: list[str], cheap_texts: list[str], extra: list[str]) -> None:
+    for text in texts:
+        runs = []
+        for name, flags in rows(out, text, cheap_only=text in cheap_texts):
+            d = out / "ppl" / text / name
+            if not (d / "results.json").exists():
+                run(["-m", "eval.ppl", "--config", "configs/real/ppl.yaml", "--text.file", str(out / "texts" / f"{text}.txt"),
+                     "--retrieval.index", str(out / "corpus" / "index"), *flags, "--output_dir", str(d),
+                     "--cache_dir", str(out / "ppl" / text / "retrieval_cache"), "--progress", "false", *extra])
+            runs.append(str(d))
+        for baseline in ("bm25", "cosine"):
+            run(["-m", "eval.compare", *runs, "--baseline", baseline, "--out", str(out / "ppl" / text / f"vs-{baseline}")])
+        print(f"\n## {text}\n" + seeds_summary(out / "ppl" / text), flush=True)
+
+
+def seeds_summary(ppl_dir: Path) -> str:
+    """Mean and spread over training seeds of each trained architecture's word perplexity."""
+    import json
+    import statistics
+
+    by: dict[str, list[float]] = {}
+    for r in sorted(ppl_dir.glob("*-seed*/results.json")):
+        by.setdefault(r.parent.name.split("-seed")[0], []).append(json.loads(r.read_text())["ppl_word"])
+    lines = ["| reranker | seeds | word ppl per seed | mean | sd |", "|---|---|---|---|---|"]
+    for arch, v in by.items():
+        sd = statistics.stdev(v) if len(v) > 1 else float("nan")
+        lines.append(f"| {arch} | {len(v)} | {', '.join(f'{x:.3f}' for x in v)} | {statistics.mean(v):.3f} | {sd:.3f} |")
+    text = "\n".join(lines) + "\n"
+    (ppl_dir / "seeds.md").write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stage", choices=["prepare", "data", "fit", "eval", "all"])
+    ap.add_argument("--out", default="runs/real", help="where splits, index, runs and tables go")
+    ap.add_argument("--archs", default="bi,cross", help="reranker architectures to fit (configs/real/fit_ARCH.yaml)")
+    ap.add_argument("--seeds", default="0,1,2", help="training seeds")
+    ap.add_argument("--shards", type=int, default=None,
+                    help="fit on the first N shards of data/real/smollm2-wt2 (default: all that are there)")
+    ap.add_argument("--texts", default="report,recheck", help="texts to evaluate on (runs/real/texts/NAME.txt)")
+    ap.add_argument("--cheap-texts", default="recheck",
+                    help="texts evaluated without the k-forward rows (zero-shot, oracle)")
+    ap.add_argument("extra", nargs=argparse.REMAINDER, help="flags passed to the stage's command")
+    a = ap.parse_args(argv)
+    if not SOURCES["test"].is_file():
+        print(f"needs {SHARED} (WikiText-2)", file=sys.stderr)
+        return 2
+    out = (ROOT / a.out).resolve()
+    if a.stage in ("prepare", "all") or not (out / "corpus" / "index").is_dir():
+        prepare(out)
+    if a.stage in ("data", "all"):
+        data(out, a.extra)
+    if a.stage in ("fit", "all"):
+        fit(out, a.archs.split(","), [int(s) for s in a.seeds.split(",")], a.shards, a.extra)
+    if a.stage in ("eval", "all"):
+        evaluate(out, a.texts.split(","), a.cheap_texts.split(","), a.extra)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
