@@ -184,7 +184,7 @@ def assemble_shard(layout, s: int, tokens, tokenizer, window: int) -> bool:
     return True
 
 
-def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int) -> bool:
+def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int, shard_done=None) -> bool:
     """Score the pending chunks with Lightning; returns True in the process that writes the dataset."""
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader
@@ -220,7 +220,7 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int) 
     bar = Progress(n_total, "score", "examples", enabled=run.progress and rank0, initial=n_total - n_ex)
     trainer = pl.Trainer(**run.trainer.kwargs(one_process=run.scoring.device_map is not None), logger=False,
                          enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
-                         callbacks=[ScoreWriter(layout.scores_dir, bar)], inference_mode=True)
+                         callbacks=[ScoreWriter(layout.scores_dir, bar, shard_done)], inference_mode=True)
     t0 = time.perf_counter()
     trainer.predict(module, dataloaders=loader, return_predictions=False)
     trainer.strategy.barrier("data_gen.score.done")  # every rank's chunk files are on disk
@@ -297,7 +297,11 @@ def build_dataset(build: BuildConfig, run: RunConfig) -> dict | None:
         for s in range(build.n_shards):
             if not layout.shard(s).exists() and layout.scores(s).is_dir():
                 assemble_shard(layout, s, tokens, tokenizer, window)
-    writer = stage_score(layout, run, window, rank0, build.examples)
+    def shard_done(s: int) -> None:  # a finished shard becomes final while later ones are scored
+        if assemble_shard(layout, s, tokens, tokenizer, window):
+            _log(f"[score] shard {s} written: {layout.shard(s).name}")
+
+    writer = stage_score(layout, run, window, rank0, build.examples, shard_done)
     if thread is not None:
         thread.join()
         if thread.error is not None:

@@ -133,12 +133,18 @@ class LMScoringModule(pl.LightningModule):
 
 
 class ScoreWriter(BasePredictionWriter):
-    """Writes each step's results as ``scores/shard-NNNNN/ids-FIRSTID.npz``, keyed by the batch's ids."""
+    """Writes each step's results as ``scores/shard-NNNNN/ids-FIRSTID.npz``, keyed by the batch's ids.
 
-    def __init__(self, scores_root: str | Path, progress=None):
+    ``shard_done(s)`` is called (on global rank 0) when the steps move past shard ``s``, so that finished
+    shards become final parquet files while later ones are scored: a long job's data is usable, and can
+    be copied or committed, shard by shard."""
+
+    def __init__(self, scores_root: str | Path, progress=None, shard_done=None):
         super().__init__(write_interval="batch")
         self.root = Path(scores_root)
         self.progress = progress
+        self.shard_done = shard_done
+        self._shard = None
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
                            dataloader_idx=0) -> None:
@@ -148,3 +154,7 @@ class ScoreWriter(BasePredictionWriter):
                         logprobs=prediction["logprobs"].numpy().astype(np.float32))
         if self.progress is not None:
             self.progress.update(len(ids))
+        shard = int(prediction["shard"])
+        if self._shard is not None and shard != self._shard and self.shard_done and trainer.is_global_zero:
+            self.shard_done(self._shard)
+        self._shard = shard
