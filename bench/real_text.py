@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                     "--windows.doc_max_tokens", "256", "--windows.zero_shot_tokens", "16", "--scoring.dtype", "auto"]
     else:
         settings = ["--windows.max_length", "256", "--windows.stride", "32", "--retrieval.k", "4",
-                    "--windows.doc_max_tokens", "96", "--windows.zero_shot_tokens", "16", "--scoring.batch_size", "8"]
+                    "--windows.doc_max_tokens", "96", "--windows.zero_shot_tokens", "16", "--scoring.batch_size", "8",
+                    "--scoring.dtype", "float32"]  # the README's tables are float32's (auto is bf16 on some CPUs)
     settings += ["--trainer.devices", a.devices]
     rerankers = ["none", "bm25", "zero-shot", "oracle", *a.reranker]
     print(f"settings: {' '.join(settings)}", flush=True)
