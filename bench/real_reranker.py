@@ -103,26 +103,40 @@ def fit(out: Path, archs: list[str], seeds: list[int], shards: int | None, extra
                  "--trainer.logger.init_args.version", f"seed{seed}", "--export_dir", str(export), *extra])
 
 
-def rows(out: Path, text: str, cheap_only: bool) -> list[tuple[str, list[str]]]:
-    """(row name, eval.ppl flags) for ``text``: the baselines, then every trained reranker found."""
-    base = ["none", "bm25", "cosine"] + ([] if cheap_only else ["zero-shot", "oracle"])
-    trained = sorted(p for p in (out / "rerankers").glob("*-seed*") if (p / "reranker.json").exists())
-    return [(r, ["--reranker", r]) for r in base] + [(p.name, ["--reranker", str(p)]) for p in trained]
+CHEAP = ["none", "bm25", "cosine"]   # one LM row per stride
+COSTLY = ["zero-shot", "oracle"]      # k LM rows per stride
+
+
+def trained_rows(out: Path) -> list[tuple[str, list[str]]]:
+    found = sorted(p for p in (out / "rerankers").glob("*-seed*") if (p / "reranker.json").exists())
+    return [(p.name, ["--reranker", str(p)]) for p in found]
+
+
+def eval_run(out: Path, text: str, name: str, flags: list[str], extra: list[str]) -> str:
+    d = out / "ppl" / text / name
+    if not (d / "results.json").exists():
+        run(["-m", "eval.ppl", "--config", "configs/real/ppl.yaml", "--text.file", str(out / "texts" / f"{text}.txt"),
+             "--retrieval.index", str(out / "corpus" / "index"), *flags, "--output_dir", str(d),
+             "--cache_dir", str(out / "ppl" / text / "retrieval_cache"), *extra])
+    return str(d)
 
 
 def evaluate(out: Path, texts: list[str], cheap_texts: list[str], extra: list[str]) -> None:
+    """The one-row-per-stride runs on every text first (baselines, then every trained reranker found), then
+    zero-shot and oracle (k rows per stride) on the texts not in ``cheap_texts``; then the comparisons."""
+    from demo.run import cosine_flags  # the cosine row: fit_bi.yaml's encoder and lengths, untrained
+
+    flags = {"cosine": ["--reranker", "cosine", *cosine_flags(ROOT / "configs" / "real" / "fit_bi.yaml")]}
+    rows = [(r, flags.get(r, ["--reranker", r])) for r in CHEAP] + trained_rows(out)
+    runs = {text: [eval_run(out, text, name, flags, extra) for name, flags in rows] for text in texts}
     for text in texts:
-        runs = []
-        for name, flags in rows(out, text, cheap_only=text in cheap_texts):
-            d = out / "ppl" / text / name
-            if not (d / "results.json").exists():
-                run(["-m", "eval.ppl", "--config", "configs/real/ppl.yaml", "--text.file", str(out / "texts" / f"{text}.txt"),
-                     "--retrieval.index", str(out / "corpus" / "index"), *flags, "--output_dir", str(d),
-                     "--cache_dir", str(out / "ppl" / text / "retrieval_cache"), "--progress", "false", *extra])
-            runs.append(str(d))
+        if text not in cheap_texts:
+            runs[text][3:3] = [eval_run(out, text, r, ["--reranker", r], extra) for r in COSTLY]
+    for text in texts:
         for baseline in ("bm25", "cosine"):
-            run(["-m", "eval.compare", *runs, "--baseline", baseline, "--out", str(out / "ppl" / text / f"vs-{baseline}")])
-        print(f"\n## {text}\n" + seeds_summary(out / "ppl" / text), flush=True)
+            run(["-m", "eval.compare", *runs[text], "--baseline", baseline, "--out", str(out / "ppl" / text / f"vs-{baseline}")])
+        print(f"\n## {text}\n" + (out / "ppl" / text / "vs-bm25" / "comparison.md").read_text()
+              + "\n" + seeds_summary(out / "ppl" / text), flush=True)
 
 
 def seeds_summary(ppl_dir: Path) -> str:
@@ -153,20 +167,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--texts", default="report,recheck", help="texts to evaluate on (runs/real/texts/NAME.txt)")
     ap.add_argument("--cheap-texts", default="recheck",
                     help="texts evaluated without the k-forward rows (zero-shot, oracle)")
-    ap.add_argument("extra", nargs=argparse.REMAINDER, help="flags passed to the stage's command")
-    a = ap.parse_args(argv)
+    a, extra = ap.parse_known_args(argv)  # anything else is passed to the stage's command
     if not SOURCES["test"].is_file():
         print(f"needs {SHARED} (WikiText-2)", file=sys.stderr)
         return 2
     out = (ROOT / a.out).resolve()
+    sys.path.insert(0, str(ROOT))
     if a.stage in ("prepare", "all") or not (out / "corpus" / "index").is_dir():
         prepare(out)
     if a.stage in ("data", "all"):
-        data(out, a.extra)
+        data(out, extra)
     if a.stage in ("fit", "all"):
-        fit(out, a.archs.split(","), [int(s) for s in a.seeds.split(",")], a.shards, a.extra)
+        fit(out, a.archs.split(","), [int(s) for s in a.seeds.split(",")], a.shards, extra)
     if a.stage in ("eval", "all"):
-        evaluate(out, a.texts.split(","), a.cheap_texts.split(","), a.extra)
+        evaluate(out, a.texts.split(","), a.cheap_texts.split(","), extra)
     return 0
 
 
