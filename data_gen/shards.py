@@ -135,14 +135,34 @@ def record_shard(layout: Layout, path: Path) -> None:
 
 def drop_bad_shards(layout: Layout) -> list[str]:
     """Delete final shards whose sha256 differs from the one recorded when they were written (a shard
-    truncated or changed since); their examples are scored again. Returns the names dropped."""
+    truncated or changed since); their examples are scored again. A shard with no record (work/ was
+    deleted, or the shards were committed and cloned without it) is kept when it reads as a parquet
+    file holding exactly its examples' ids, and its hash is recorded then. Returns the names dropped."""
     rec = json.loads(layout.hashes.read_text()) if layout.hashes.exists() else {}
-    bad = []
-    for p in layout.shard_paths():
-        if p.exists() and rec.get(p.name) != file_sha256(p):
+    bad, adopted = [], False
+    for s, p in enumerate(layout.shard_paths()):
+        if not p.exists():
+            continue
+        if p.name in rec:
+            ok = rec[p.name] == file_sha256(p)
+        else:
+            ok = _holds_ids(p, layout.build.shard_ids(s))
+            if ok:
+                rec[p.name], adopted = file_sha256(p), True
+        if not ok:
             p.unlink()
             bad.append(p.name)
+    if adopted:
+        atomic_write_json(layout.hashes, rec)
     return bad
+
+
+def _holds_ids(path: Path, ids: range) -> bool:
+    try:
+        got = pq.read_table(path, columns=["id"]).column("id").to_pylist()
+    except Exception:  # unreadable (truncated, not parquet): scored again
+        return False
+    return got == list(ids)
 
 
 def verify_manifest(layout: Layout, manifest: dict) -> None:

@@ -361,3 +361,23 @@ def test_source_article_excluded_in_both_spellings():
                            [written, "Plain"], set(), batch=8).to_pylist()
     assert table[0]["doc_titles"] == ["Other", "Plain"]
     assert table[1]["doc_titles"] == [written, wiki]
+
+
+def test_committed_shards_without_work_dir_are_kept(built, dg_inputs, tmp_path, capsys):
+    """Shards that reach a machine without work/ (committed to git, copied) carry no recorded hash: a
+    resumed build keeps the ones that hold exactly their examples and scores only the rest."""
+    import shutil
+
+    from data_gen.build import main
+
+    out = tmp_path / "committed"
+    out.mkdir()
+    shards = sorted(built["out"].glob("*.parquet"))
+    shutil.copy(built["out"] / "config.json", out)
+    shutil.copy(shards[0], out)  # intact
+    (out / shards[1].name).write_bytes(shards[1].read_bytes()[:-100])  # truncated: scored again
+    assert main(build_args(dg_inputs, out)) == 0
+    err = capsys.readouterr().err
+    assert f"[score] {40 - 16:,} example(s)" in err, err
+    assert shards[1].name in err and shards[0].name not in err
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
