@@ -1,4 +1,4 @@
-"""``python -m eval.ppl``: retrieval-augmented perplexity with any reranker (docs/method.md §2).
+"""``python -m eval.ppl``: retrieval-augmented perplexity with any reranker (docs/METHOD.md §2).
 
     python -m eval.ppl --reranker bm25          # paper settings: GPT-2, WikiText-103 test, BM25 over DPR
     python -m eval.ppl --config configs/ppl.yaml --reranker checkpoints/reranker/version_0/reranker

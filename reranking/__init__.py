@@ -1,4 +1,4 @@
-"""Predictive reranker: a cross-encoder trained on LM log-probabilities (Ram et al., 2023, §6).
+"""Predictive reranker: a bi-encoder or a cross-encoder trained on LM log-probabilities (Ram et al., 2023, §6).
 
 Library use::
 

@@ -212,7 +212,7 @@ def test_help_and_print_config():
         t = time.time()
         p = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=ROOT, capture_output=True, text=True)
         assert p.returncode == 0 and "usage:" in p.stdout, (mod, p.stderr)
-        assert time.time() - t < 30  # generous bound; bench/cli_startup.py measures it
+        assert time.time() - t < 30  # generous bound against an import that hangs, not a speed measurement
     p = subprocess.run([sys.executable, "-m", "eval.ppl", "--config", str(ROOT / "configs" / "ppl.yaml"),
                         "--print_config"], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0 and "windows:" in p.stdout and "stride: 4" in p.stdout
