@@ -21,7 +21,6 @@ spreads it over GPUs; several nodes: run ``--stage retrieve`` once first (shared
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -41,16 +40,6 @@ from .config import BuildConfig, BuildError, RunConfig
 
 def _log(msg: str) -> None:
     print(f"[data_gen] {msg}", file=sys.stderr, flush=True)
-
-
-def global_rank() -> int:
-    """This process's global rank from the launcher's environment (0 when not distributed)."""
-    for key in ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
-        if os.environ.get(key):
-            return int(os.environ[key])
-    if int(os.environ.get("NODE_RANK", "0") or 0) > 0:
-        return 1  # some rank on another node: not the one that writes
-    return int(os.environ.get("LOCAL_RANK", "0") or 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,6 +228,7 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int, 
 def build_dataset(build: BuildConfig, run: RunConfig) -> dict | None:
     """Run (or resume) the whole job; returns the manifest when the dataset is complete."""
     from ralm.cli import quiet_libraries
+    from ralm.outputs import global_rank
 
     from .shards import Layout, check_config, drop_bad_shards, verify_manifest
 
@@ -395,7 +385,10 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
                   retrieval_batch=retrieval_batch, keep_work=keep_work, trainer=trainer, verbose=verbose,
                   progress=progress)
     trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
-    return build_dataset(b, r)
+    from ralm.outputs import claim
+
+    with claim(r.out, "--out"):  # a second build on the same --out is refused, not mixed in
+        return build_dataset(b, r)
 
 
 def main(argv: list[str] | None = None) -> int:

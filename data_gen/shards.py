@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ralm.files import atomic_write, file_sha256
+from ralm.outputs import LOCK
 from ralm.schema import TRAINING_SCHEMA
 
 from .config import BuildConfig, BuildError, config_diff, identity_json
@@ -113,7 +114,7 @@ def check_config(layout: Layout) -> bool:
                              f"({layout.config}): " + "; ".join(diff) + f". Use another --out, rerun with the stored "
                              f"settings, or delete {layout.root} to start over")
         return True
-    if layout.root.exists() and any(p.name != "work" for p in layout.root.iterdir()):
+    if layout.root.exists() and any(p.name not in ("work", LOCK) for p in layout.root.iterdir()):
         raise BuildError(f"--out {layout.root} is not empty and has no config.json: it is not a data_gen output. "
                          "Pick an empty or new directory")
     return False

@@ -214,115 +214,117 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
     from ralm.files import check_writable
 
     check_writable(out, "--output_dir")
+    from ralm.outputs import claim
 
-    from ralm.models import check_causal_lm, load_config, load_tokenizer
-    from ralm.scoring import context_length
-    from ralm.text import word_count
-    from ralm.windows import stride_windows
+    with claim(out, "--output_dir"):  # a second evaluation on the same directory is refused at once
+        from ralm.models import check_causal_lm, load_config, load_tokenizer
+        from ralm.scoring import context_length
+        from ralm.text import word_count
+        from ralm.windows import stride_windows
 
-    try:
-        body = text.load()
-    except (FileNotFoundError, ValueError) as e:
-        raise InputError(f"--text: {e}") from None
-    tokenizer, config = load_tokenizer(model), load_config(model)
-    check_causal_lm(model, config, tokenizer)
+        try:
+            body = text.load()
+        except (FileNotFoundError, ValueError) as e:
+            raise InputError(f"--text: {e}") from None
+        tokenizer, config = load_tokenizer(model), load_config(model)
+        check_causal_lm(model, config, tokenizer)
 
-    max_length = windows.fitted(context_length(config))
-    if uses_docs:
-        retrieval.check_windows(windows, max_length)
-    ids = tokenizer(body, add_special_tokens=False)["input_ids"]
-    if len(ids) < 2:
-        raise InputError(f"--text ({text.describe()}) has {len(ids)} token(s); perplexity needs at least 2")
-    wins = stride_windows(len(ids), windows.stride, max_length)
-    if uses_docs and len(wins) < 2:
-        raise InputError(f"--text ({text.describe()}) has {len(ids)} tokens, which fit in one {max_length}-token window: "
-                         f"no stride would retrieve, so --reranker {reranker} would measure no retrieval at all. Use a "
-                         "longer text or a smaller --windows.max_length")
+        max_length = windows.fitted(context_length(config))
+        if uses_docs:
+            retrieval.check_windows(windows, max_length)
+        ids = tokenizer(body, add_special_tokens=False)["input_ids"]
+        if len(ids) < 2:
+            raise InputError(f"--text ({text.describe()}) has {len(ids)} token(s); perplexity needs at least 2")
+        wins = stride_windows(len(ids), windows.stride, max_length)
+        if uses_docs and len(wins) < 2:
+            raise InputError(f"--text ({text.describe()}) has {len(ids)} tokens, which fit in one {max_length}-token window: "
+                             f"no stride would retrieve, so --reranker {reranker} would measure no retrieval at all. Use a "
+                             "longer text or a smaller --windows.max_length")
 
-    from ralm.precision import for_run
+        from ralm.precision import for_run
 
-    setting = scoring.dtype
-    precision = for_run(setting, trainer.accelerator)  # recorded resolved: it changes the numbers
-    scoring = replace(scoring, dtype=precision.dtype)
-    identity = {
-        "model": model_identity(model), "reranker": reranker_identity(reranker),
-        "text": {"source": text.describe(), "sha256": hashlib.sha256(body.encode()).hexdigest()},
-        "windows": {**asdict(windows), "max_length_used": max_length}, "chunk_strides": chunk_strides,
-        "dtype": scoring.dtype, "seed": seed,
-        "ranker": asdict(ranker) if reranker in ("cosine", "zero-shot") else None,
-        "retrieval": _retrieval_identity(retrieval, retrieval_file) if uses_docs else None,
-    }
-    done = _start_state(out, identity)
-    if done is not None:
-        print(f"[eval.ppl] {out} already holds this evaluation (complete); nothing to do", file=sys.stderr)
-        return done
-    from ralm.files import atomic_write
+        setting = scoring.dtype
+        precision = for_run(setting, trainer.accelerator)  # recorded resolved: it changes the numbers
+        scoring = replace(scoring, dtype=precision.dtype)
+        identity = {
+            "model": model_identity(model), "reranker": reranker_identity(reranker),
+            "text": {"source": text.describe(), "sha256": hashlib.sha256(body.encode()).hexdigest()},
+            "windows": {**asdict(windows), "max_length_used": max_length}, "chunk_strides": chunk_strides,
+            "dtype": scoring.dtype, "seed": seed,
+            "ranker": asdict(ranker) if reranker in ("cosine", "zero-shot") else None,
+            "retrieval": _retrieval_identity(retrieval, retrieval_file) if uses_docs else None,
+        }
+        done = _start_state(out, identity)
+        if done is not None:
+            print(f"[eval.ppl] {out} already holds this evaluation (complete); nothing to do", file=sys.stderr)
+            return done
+        from ralm.files import atomic_write
 
-    work = out / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    atomic_write(work / "run.json", lambda t: Path(t).write_text(json.dumps(identity, indent=1, sort_keys=True)))
+        work = out / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        atomic_write(work / "run.json", lambda t: Path(t).write_text(json.dumps(identity, indent=1, sort_keys=True)))
 
-    import torch
+        import torch
 
-    from eval.loop import assemble, make_chunks
-    from eval.predict import chunk_path, load_chunk
+        from eval.loop import assemble, make_chunks
+        from eval.predict import chunk_path, load_chunk
 
-    ids_t = torch.as_tensor(ids, dtype=torch.long)
-    chunks = make_chunks(wins, chunk_strides)
-    finished = {c.index: r for c in chunks if (r := load_chunk(chunk_path(work / "chunks", c.index))) is not None}
-    pending = [c for c in chunks if c.index not in finished]
-    forbidden = set()
-    if uses_docs and not retrieval_file and retrieval.forbid_eval_titles:
-        from ralm.corpus import forbidden_titles
+        ids_t = torch.as_tensor(ids, dtype=torch.long)
+        chunks = make_chunks(wins, chunk_strides)
+        finished = {c.index: r for c in chunks if (r := load_chunk(chunk_path(work / "chunks", c.index))) is not None}
+        pending = [c for c in chunks if c.index not in finished]
+        forbidden = set()
+        if uses_docs and not retrieval_file and retrieval.forbid_eval_titles:
+            from ralm.corpus import forbidden_titles
 
-        forbidden = forbidden_titles(body)
-    cache = Path(cache_dir) if cache_dir else out.parent / "retrieval_cache"
-    source_meta: dict = {}
+            forbidden = forbidden_titles(body)
+        cache = Path(cache_dir) if cache_dir else out.parent / "retrieval_cache"
+        source_meta: dict = {}
 
-    def make_candidates():
-        from eval.candidates import FileCandidates, IndexCandidates
+        def make_candidates():
+            from eval.candidates import FileCandidates, IndexCandidates
 
-        if retrieval_file:
-            src = FileCandidates(retrieval_file, wins, f"stride {windows.stride}, window {max_length}")
-        else:
-            src = IndexCandidates(retrieval, ids, tokenizer, forbidden, cache, verbose=verbose)
-        source_meta.update(src.meta)
-        return src
+            if retrieval_file:
+                src = FileCandidates(retrieval_file, wins, f"stride {windows.stride}, window {max_length}")
+            else:
+                src = IndexCandidates(retrieval, ids, tokenizer, forbidden, cache, verbose=verbose)
+            source_meta.update(src.meta)
+            return src
 
-    rank0, predict_seconds = True, None
-    if pending:
-        rank0, predict_seconds = _predict(model, reranker, ranker, seed, windows, max_length, scoring, trainer, ids_t, tokenizer,
-                         pending, make_candidates if uses_docs else None, work, len(wins),
-                         sum(len(c.windows) for c in chunks if c.index in finished), progress, retrieval.k, verbose)
-    if not rank0:
-        return {}
-    if pending:
-        print(f"[eval.ppl] scored with LM compute dtype {precision.describe(setting)}", file=sys.stderr)
-    results = [finished.get(c.index) or load_chunk(chunk_path(work / "chunks", c.index)) for c in chunks]
-    if any(r is None for r in results):
-        raise InputError(f"{sum(r is None for r in results)} chunk(s) have no result after scoring; rerun the same "
-                         "command to finish them")
-    res = assemble(ids, wins, results)
-    if uses_docs and not source_meta:
-        make_candidates().close()  # every chunk was finished earlier: record where candidates came from
-    if save_retrieval_file and uses_docs:
-        _save_retrieval(save_retrieval_file, chunks, wins, ids, tokenizer, make_candidates)
-    # Cost: seconds of scoring (retrieval, reranking and LM forwards; not start-up or loading) per 1,000
-    # strides, when this process scored every stride (a resumed run's earlier part was not timed).
-    cost = round(1000 * predict_seconds / len(wins), 2) if predict_seconds and len(pending) == len(chunks) else None
-    meta = {"model": model, "max_length_used": max_length, "seconds": round(time.time() - t0, 2),
-            "seconds_per_1000_strides": cost, "precision": precision.describe(setting),
-            "retrieval": source_meta, "settings": {"windows": as_dict(windows), "retrieval": as_dict(retrieval),
-                                                  "scoring": as_dict(scoring), "ranker": as_dict(ranker)}}
-    from eval.outputs import write_outputs
+        rank0, predict_seconds = True, None
+        if pending:
+            rank0, predict_seconds = _predict(model, reranker, ranker, seed, windows, max_length, scoring, trainer, ids_t, tokenizer,
+                             pending, make_candidates if uses_docs else None, work, len(wins),
+                             sum(len(c.windows) for c in chunks if c.index in finished), progress, retrieval.k, verbose)
+        if not rank0:
+            return {}
+        if pending:
+            print(f"[eval.ppl] scored with LM compute dtype {precision.describe(setting)}", file=sys.stderr)
+        results = [finished.get(c.index) or load_chunk(chunk_path(work / "chunks", c.index)) for c in chunks]
+        if any(r is None for r in results):
+            raise InputError(f"{sum(r is None for r in results)} chunk(s) have no result after scoring; rerun the same "
+                             "command to finish them")
+        res = assemble(ids, wins, results)
+        if uses_docs and not source_meta:
+            make_candidates().close()  # every chunk was finished earlier: record where candidates came from
+        if save_retrieval_file and uses_docs:
+            _save_retrieval(save_retrieval_file, chunks, wins, ids, tokenizer, make_candidates)
+        # Cost: seconds of scoring (retrieval, reranking and LM forwards; not start-up or loading) per 1,000
+        # strides, when this process scored every stride (a resumed run's earlier part was not timed).
+        cost = round(1000 * predict_seconds / len(wins), 2) if predict_seconds and len(pending) == len(chunks) else None
+        meta = {"model": model, "max_length_used": max_length, "seconds": round(time.time() - t0, 2),
+                "seconds_per_1000_strides": cost, "precision": precision.describe(setting),
+                "retrieval": source_meta, "settings": {"windows": as_dict(windows), "retrieval": as_dict(retrieval),
+                                                      "scoring": as_dict(scoring), "ranker": as_dict(ranker)}}
+        from eval.outputs import write_outputs
 
-    results_dict = write_outputs(out, res, reranker=reranker, n_words=word_count(body), identity=identity, meta=meta,
-                                 article=stride_articles(tokenizer, body, wins, res.stride_index))
-    if not keep_work:
-        import shutil
+        results_dict = write_outputs(out, res, reranker=reranker, n_words=word_count(body), identity=identity, meta=meta,
+                                     article=stride_articles(tokenizer, body, wins, res.stride_index))
+        if not keep_work:
+            import shutil
 
-        shutil.rmtree(work, ignore_errors=True)
-    return results_dict
+            shutil.rmtree(work, ignore_errors=True)
+        return results_dict
 
 
 def _retrieval_identity(retrieval: Retrieval, retrieval_file: str | None) -> dict:

@@ -238,7 +238,10 @@ def _run(args: list[str]):
     # main() always hands LightningCLI the parsed-out argv, which its args/sys.argv check warns about
     warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
     try:
+        from contextlib import nullcontext
+
         from ralm.cli import quiet_lightning
+        from ralm.outputs import claim
         from reranking.data import RerankDataModule
         from reranking.export import export
         from reranking.system import RerankerSystem
@@ -249,13 +252,16 @@ def _run(args: list[str]):
                         save_config_kwargs={"overwrite": True}, subclass_mode_model=False,
                         auto_configure_optimizers=False, parser_kwargs={"prog": PROG, "exit_on_error": False})
         trainer, system = cli.trainer, cli.model
-        trainer.fit(system, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
-        best_or_last_weights(trainer, system)
-        log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
-        if trainer.is_global_zero:
-            out = cli.config.export_dir or str(Path(log_dir or "checkpoints") / "reranker")
-            export(system, out, trained={"precision": str(trainer.precision), "steps": trainer.global_step})
-            print(f"exported reranker to {out}", file=sys.stderr)
+        # a second fit exporting to the same --export_dir is refused before it trains (a default export
+        # goes to this run's own version directory)
+        with claim(cli.config.export_dir, "--export_dir") if cli.config.export_dir else nullcontext():
+            trainer.fit(system, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+            best_or_last_weights(trainer, system)
+            log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
+            if trainer.is_global_zero:
+                out = cli.config.export_dir or str(Path(log_dir or "checkpoints") / "reranker")
+                export(system, out, trained={"precision": str(trainer.precision), "steps": trainer.global_step})
+                print(f"exported reranker to {out}", file=sys.stderr)
     except USER_ERRORS as e:
         return error(PROG, e)
     except ArgumentError as e:

@@ -381,3 +381,18 @@ def test_committed_shards_without_work_dir_are_kept(built, dg_inputs, tmp_path, 
     assert f"[score] {40 - 16:,} example(s)" in err, err
     assert shards[1].name in err and shards[0].name not in err
     assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
+
+
+def test_a_second_build_on_the_same_out_is_refused_at_once(built, dg_inputs, tmp_path):
+    out = tmp_path / "out"
+    first = cli(build_args(dg_inputs, out), start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and first.poll() is None and not glob.glob(str(out / "work" / "scores" / "*" / "*.npz")):
+        time.sleep(0.02)
+    assert first.poll() is None, "the first build ended before the second started:\n" + first.communicate()[0]
+    rc, log2 = run_cli(build_args(dg_inputs, out))
+    assert first.poll() is None, "the second build was not refused before the first finished"
+    log1, _ = first.communicate(timeout=180)
+    assert first.returncode == 0, log1
+    assert rc == 2 and str(out) in log2 and f"pid {first.pid} " in log2 and "in use" in log2, log2
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]

@@ -149,6 +149,28 @@ def test_killed_run_resumes_to_bit_identical_results(tmp_path, tiny_gpt2_dir, bm
     assert np.array_equal(a, b)
 
 
+def test_a_second_run_on_the_same_directory_is_refused_at_once(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
+    """Two evaluations started on one --output_dir (a rerun in a second terminal): the second is refused
+    with one line naming the directory and the first process, and the first finishes untouched."""
+    args = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL, "--chunk_strides", "4",
+            "--retrieval.index", str(bm25_corpus["index"]), "--reranker", "oracle", "--output_dir", str(tmp_path / "o")]
+    first = _cli(args)
+    deadline = time.time() + 120
+    while time.time() < deadline and first.poll() is None and not list((tmp_path / "o" / "work" / "chunks").glob("*.npz")):
+        time.sleep(0.02)
+    assert first.poll() is None, "the first run ended before the second started:\n" + first.communicate()[0]
+    second = _cli(args)
+    log2, _ = second.communicate(timeout=120)
+    assert first.poll() is None, "the second run was not refused before the first finished"
+    log1, _ = first.communicate(timeout=180)
+    assert first.returncode == 0, log1
+    assert second.returncode == 2, log2
+    err = log2.strip().splitlines()
+    assert len(err) == 1 and str(tmp_path / "o") in err[0] and f"pid {first.pid} " in err[0], log2
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert res["n_strides"] > 0 and not (tmp_path / "o" / "work").exists()
+
+
 def test_other_runs_are_never_overwritten_and_reruns_are_noops(tmp_path, tiny_gpt2_dir, eval_text, capsys):
     args = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL, "--reranker", "none"]
     res, out = run(tmp_path, "none", *args)

@@ -189,6 +189,24 @@ def test_corrupt_or_foreign_checkpoint_is_one_line(tmp_path, tiny_roberta_dir, r
     assert not (tmp_path / "checkpoints").exists() and not list(tmp_path.glob("**/version_*"))
 
 
+def test_an_export_dir_in_use_is_refused_before_training(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys,
+                                                          monkeypatch):
+    """While another run holds --export_dir (here this process, through the same lock), a fit is refused
+    with one line before its first step, and the directory is left as it was."""
+    from ralm.outputs import claim
+    from reranking.fit import main
+
+    monkeypatch.chdir(tmp_path)
+    export = tmp_path / "export"
+    with claim(export, "--export_dir"):
+        assert main(fit_args(tiny_roberta_dir, rerank_data_dir, 4, "--export_dir", str(export))) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "--export_dir" in errors[0] and str(export) in errors[0] and "in use by pid" in err, err
+    assert sorted(p.name for p in export.iterdir()) == [".lock"]
+    assert not list(tmp_path.glob("checkpoints/**/*.ckpt"))
+
+
 def test_bi_encoder_fits_exports_and_scores_as_trained(tmp_path, tiny_bert_dir, rerank_data_dir, monkeypatch):
     """--model.architecture bi end to end: trains, its export and checkpoint load to a BiEncoder with the
     best checkpoint's weights, and the selector scores pairs exactly as the training module does."""
