@@ -45,9 +45,6 @@ def check_writable(directory: str | Path, flag: str) -> None:
 
 
 def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks (model weights, shards, outputs)."""
-    h = hashlib.sha256()
+    """sha256 of a file's bytes (model weights, shards, outputs), streamed by ``hashlib.file_digest``."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
