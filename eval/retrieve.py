@@ -46,7 +46,7 @@ def retrieve(output: str, model: str = "gpt2", text: Text = WIKITEXT103_TEST, re
     except (FileNotFoundError, ValueError) as e:
         raise InputError(f"--text: {e}") from None
     tok, config = load_tokenizer(model), load_config(model)
-    length = windows.fitted(context_length(config))
+    length = windows.fitted(context_length(config), documents=False)  # retrieval places no document
     retrieval.check_windows(windows, length)
     ids = tok(body, add_special_tokens=False)["input_ids"]
     if len(ids) < 2:

@@ -51,24 +51,25 @@ class Windows:
         if self.max_length < 2:
             p.append(f"--windows.max_length must be >= 2 (got {self.max_length})")
         if not p:
-            p += self._fit_problems(self.max_length, "--windows.max_length")
+            p += self._fit_problems(self.max_length, "--windows.max_length", documents=False)
         _fail(p, "windows")
 
-    def _fit_problems(self, length: int, what: str) -> list[str]:
+    def _fit_problems(self, length: int, what: str, documents: bool) -> list[str]:
         if self.stride > length:
             return [f"--windows.stride ({self.stride}) exceeds the window L = {what} ({length}): tokens would go "
                     "unscored; lower --windows.stride"]
-        if self.doc_max_tokens >= length - self.stride:
+        if documents and self.doc_max_tokens >= length - self.stride:
             return [f"--windows.doc_max_tokens ({self.doc_max_tokens}) must be < L - s = {what} - --windows.stride "
                     f"({length} - {self.stride}): a document may not overwrite the target tokens; lower "
                     "--windows.doc_max_tokens or raise --windows.max_length"]
         return []
 
-    def fitted(self, context: int) -> int:
-        """L for a model whose context is ``context`` (``min(L, context)``, as the reference), re-checked."""
+    def fitted(self, context: int, documents: bool = True) -> int:
+        """L for a model whose context is ``context`` (``min(L, context)``, as the reference), re-checked;
+        the document budget only where documents are placed (not for retrieval alone)."""
         length = min(self.max_length, context)
         what = "--windows.max_length" if length == self.max_length else f"the model's context ({context})"
-        _fail(self._fit_problems(length, what), "windows")
+        _fail(self._fit_problems(length, what, documents), "windows")
         return length
 
 

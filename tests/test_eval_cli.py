@@ -223,7 +223,8 @@ def test_bad_inputs_fail_with_one_line(tmp_path, tiny_gpt2_dir, tiny_roberta_dir
     # the same bad setting gets the same message from data generation
     from data_gen.build import main as build_main
 
-    assert build_main(["--windows.max_length", "48", "--windows.doc_max_tokens", "48", "--out", str(tmp_path / "d")]) == 2
+    assert build_main(["--model", str(tiny_gpt2_dir), "--windows.max_length", "48", "--windows.doc_max_tokens", "48",
+                       "--out", str(tmp_path / "d")]) == 2
     e2 = capsys.readouterr().err
     assert e1.split("error: ", 1)[1] == e2.split("error: ", 1)[1]
 
@@ -246,7 +247,8 @@ def test_retrieve_cli_writes_what_eval_ppl_reads(tmp_path, tiny_gpt2_dir, bm25_c
     out = tmp_path / "r.json"
     assert retrieve_main(["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), "--retrieval.index",
                           str(bm25_corpus["index"]), "--output", str(out), "--windows.stride", "4",
-                          "--windows.max_length", "48", "--windows.doc_max_tokens", "20", "--retrieval.k", "4"]) == 0
+                          "--windows.max_length", "48", "--windows.doc_max_tokens", "48",  # unused: no document placed
+                          "--retrieval.k", "4"]) == 0
     entries = read_reference_json(out)
     assert entries[0]["retrieved_docs"] == [] and all(len(e["retrieved_docs"]) == 4 for e in entries[1:])
     from transformers import AutoTokenizer
