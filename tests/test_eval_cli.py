@@ -283,3 +283,23 @@ def test_two_process_ddp_equals_one_process(tmp_path, tiny_gpt2_dir, bm25_corpus
     assert pq.read_table(tmp_path / "two" / "strides.parquet", columns=cols).to_pylist() == \
         pq.read_table(out1 / "strides.parquet", columns=cols).to_pylist()
     assert one["n_strides"] > 32  # several chunks, so both processes had work
+
+
+def test_shipped_ppl_configs_parse():
+    """Every shipped ppl*.yaml goes through eval.ppl's own parser (the demo's and the real-text recipe's
+    were otherwise read only by the slow demo test or by hand), and the paper's settings stay the paper's."""
+    from eval.ppl import ppl
+    from ralm.cli import parse
+
+    files = sorted((ROOT / "configs").rglob("ppl*.yaml"))
+    assert {f.relative_to(ROOT).as_posix() for f in files} >= {"configs/ppl.yaml", "configs/demo/ppl.yaml",
+                                                                "configs/real/ppl.yaml"}
+    for f in files:
+        kw = parse(ppl, ["--config", str(f)], "eval.ppl")
+        assert kw["model"] and kw["windows"].stride > 0 and kw["retrieval"].k > 0, f
+        assert kw["trainer"].kwargs(), f
+    kw = parse(ppl, ["--config", str(ROOT / "configs" / "ppl.yaml")], "eval.ppl")
+    r, w = kw["retrieval"], kw["windows"]
+    assert (kw["model"], r.index, r.k, r.query_tokens, w.stride, w.max_length, w.doc_max_tokens) == (
+        "gpt2", "wikipedia-dpr-100w", 16, 32, 4, 1024, 256)
+    assert kw["text"].name == "wikitext-103-v1" and kw["text"].split == "test" and r.forbid_eval_titles

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,10 @@ def test_eval_with_the_trained_reranker(chain, tiny_gpt2_dir, bm25_corpus):
     text = chain / "eval.txt"
     body = bm25_corpus["text"]
     text.write_text(body[body.index(" = ", 5000):][:1200], encoding="utf-8")
-    ckpt = next((chain / "checkpoints").rglob("last.ckpt"))
+    # the export holds the best checkpoint's weights: evaluating either must give the same run
+    bests = list((chain / "checkpoints").rglob("best-*.ckpt"))
+    assert len(bests) == 1, bests
+    ckpt = bests[0]
     assert (chain / "export" / "model.safetensors").exists()
     events = list((chain / "checkpoints").rglob("events.out.tfevents.*"))
     assert events
@@ -77,3 +81,9 @@ def test_eval_with_the_trained_reranker(chain, tiny_gpt2_dir, bm25_corpus):
         results[name] = json.loads((out / "results.json").read_text())
         assert results[name]["strides_with_document"] > 0 and np.isfinite(results[name]["ppl_word"])
         assert sum(results[name]["chosen_rank_counts"].values()) == results[name]["strides_with_document"]
+    export, from_ckpt = results["export"], results["ckpt"]
+    assert export["chosen_rank_counts"] == from_ckpt["chosen_rank_counts"]
+    assert export["ppl_word"] == pytest.approx(from_ckpt["ppl_word"], rel=1e-9)
+    assert export["ppl_token"] == pytest.approx(from_ckpt["ppl_token"], rel=1e-9)
+    chosen = [pd.read_parquet(chain / f"ppl-{n}" / "strides.parquet") for n in ("export", "ckpt")]
+    assert chosen[0].equals(chosen[1])

@@ -318,9 +318,25 @@ def test_untrained_bi_encoder_is_the_cosine_ranking(tiny_bert_dir):
              for i, n in enumerate([4, 0, 2])]
     batch = StrideBatch(prefix_texts=["the castle by the river was " * 5, "x", "a city"], candidates=cands,
                         stride_ids=[0, 1, 2])
-    for a, b in zip(pred.scores(batch), cos.scores(batch)):
-        torch.testing.assert_close(a * 0.05, b, rtol=1e-5, atol=1e-6)
-    assert pred.select(batch) == cos.select(batch)
+    # the bi-encoder selector delegates to CosineSelector: check both against a plain transcription, one
+    # text per forward (no padding), of "cosine of mean-pooled, cut, [CLS] ... [SEP]-wrapped texts"
+    from transformers import AutoModel, AutoTokenizer
+
+    enc, tok = AutoModel.from_pretrained(str(tiny_bert_dir)).eval(), AutoTokenizer.from_pretrained(str(tiny_bert_dir))
+
+    def embed(text, max_tokens, keep_end):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        ids = ids[-(max_tokens - 2):] if keep_end else ids[:max_tokens - 2]
+        with torch.no_grad():
+            h = enc(input_ids=torch.tensor([[tok.cls_token_id, *ids, tok.sep_token_id]])).last_hidden_state[0]
+        return torch.nn.functional.normalize(h.mean(0), dim=0)
+
+    want = [torch.tensor([float(embed(p.document(), 24, False) @ embed(x, 20, True)) for p in c])
+            for x, c in zip(batch.prefix_texts, cands)]
+    for a, b, w in zip(pred.scores(batch), cos.scores(batch), want):
+        torch.testing.assert_close(b, w, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(a * 0.05, w, rtol=1e-4, atol=1e-5)
+    assert pred.select(batch) == cos.select(batch) == [int(w.argmax()) if len(w) else -1 for w in want]
 
 
 def test_bi_encoder_collator_and_format_checks(tiny_bert_dir, rerank_data_dir):
