@@ -2,7 +2,7 @@
 
     python bench/real_reranker.py prepare     # splits and the related, leak-free BM25 index (~1 min)
     python bench/real_reranker.py data        # data_gen.build with SmolLM2 (hours; committed under data/real/)
-    python bench/real_reranker.py fit         # MiniLM bi- and cross-encoder rerankers, several seeds
+    python bench/real_reranker.py fit         # MiniLM rerankers (configs/real/fit_ARCH.yaml), several seeds
     python bench/real_reranker.py eval        # eval.ppl rows on the report text, then eval.compare
     python bench/real_reranker.py all         # every stage in turn
 
@@ -90,9 +90,27 @@ def training_data(out: Path, shards: int | None) -> Path:
     return d
 
 
+def export_untrained(out: Path, arch: str) -> None:
+    """A bi-encoder with a BM25 prior before any training (``ARCH-untrained``): the ablation row that says
+    what training adds to the prior. (A plain bi-encoder's untrained row is the cosine row; a cross-
+    encoder's untrained head is random, so it has none.)"""
+    import yaml
+
+    model = yaml.safe_load((ROOT / "configs" / "real" / f"fit_{arch}.yaml").read_text())["model"]
+    target = out / "rerankers" / f"{arch}-untrained"
+    if model.get("architecture") != "bi" or not model.get("bm25_weight") or (target / "reranker.json").exists():
+        return
+    from reranking.export import export
+    from reranking.system import RerankerSystem
+
+    export(RerankerSystem(**model), target, trained={"steps": 0})
+    print(f"{target}: the untrained {arch} reranker", flush=True)
+
+
 def fit(out: Path, archs: list[str], seeds: list[int], shards: int | None, extra: list[str]) -> None:
     data_dir = training_data(out, shards)
     for arch in archs:
+        export_untrained(out, arch)
         for seed in seeds:
             export = out / "rerankers" / f"{arch}-seed{seed}"
             if (export / "reranker.json").exists():
@@ -108,7 +126,7 @@ COSTLY = ["zero-shot", "oracle"]      # k LM rows per stride
 
 
 def trained_rows(out: Path) -> list[tuple[str, list[str]]]:
-    found = sorted(p for p in (out / "rerankers").glob("*-seed*") if (p / "reranker.json").exists())
+    found = sorted(p for p in (out / "rerankers").glob("*-*") if (p / "reranker.json").exists())
     return [(p.name, ["--reranker", str(p)]) for p in found]
 
 
@@ -160,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage", choices=["prepare", "data", "fit", "eval", "all"])
     ap.add_argument("--out", default="runs/real", help="where splits, index, runs and tables go")
-    ap.add_argument("--archs", default="bi,cross", help="reranker architectures to fit (configs/real/fit_ARCH.yaml)")
+    ap.add_argument("--archs", default="bi,bi_bm25", help="rerankers to fit (configs/real/fit_ARCH.yaml: bi, bi_bm25, cross)")
     ap.add_argument("--seeds", default="0,1,2", help="training seeds")
     ap.add_argument("--shards", type=int, default=None,
                     help="fit on the first N shards of data/real/smollm2-wt2 (default: all that are there)")

@@ -58,8 +58,9 @@ class RerankCollator:
         ``attention_mask`` (and maybe ``token_type_ids``), ``LongTensor[P, T]``; bi-encoder: ``query_*``
         ``[B, Tq]``, ``passage_*`` ``[P, Tp]`` and ``pair_query[P]`` — pairs in row-major (example,
         candidate) order; ``mask``: ``BoolTensor[B, k]``; ``lm_logprobs``:
-        ``FloatTensor[B, k]`` (0 on padding); ``nodoc_logprob``: ``FloatTensor[B]`` (NaN if absent);
-        ``ids``: ``LongTensor[B]``.
+        ``FloatTensor[B, k]`` (0 on padding); ``bm25``: the candidates' BM25 scores, ``FloatTensor[B, k]``
+        (0 on padding; read by a reranker with ``bm25_weight``); ``nodoc_logprob``: ``FloatTensor[B]``
+        (NaN if absent); ``ids``: ``LongTensor[B]``.
     """
 
     def __init__(self, tokenizer, fmt: InputFormat, max_candidates: int | None = None, padding: str = "longest"):
@@ -78,17 +79,20 @@ class RerankCollator:
         B, k = len(rows), max(len(d) for d in docs)
         mask = torch.zeros((B, k), dtype=torch.bool)
         lm = torch.zeros((B, k), dtype=torch.float32)
+        bm25 = torch.zeros((B, k), dtype=torch.float32)
         passages, pair_prefix = [], []
-        for b, (d, lp) in enumerate(zip(docs, lps)):
+        for b, (r, d, lp) in enumerate(zip(rows, docs, lps)):
             mask[b, : len(d)] = True
             lm[b, : len(d)] = torch.tensor(lp, dtype=torch.float32)
+            if r.get("bm25_scores") is not None:
+                bm25[b, : len(d)] = torch.tensor(list(r["bm25_scores"])[: len(d)], dtype=torch.float32)
             passages += d
             pair_prefix += [b] * len(d)
         enc = self.fmt.encode(self.tokenizer, [r["prefix_text"] for r in rows], passages, pair_prefix,
                               padding=self.padding)
         nodoc = torch.tensor([float("nan") if r.get("nodoc_logprob") is None else float(r["nodoc_logprob"])
                               for r in rows], dtype=torch.float32)
-        return {**enc, "mask": mask, "lm_logprobs": lm, "nodoc_logprob": nodoc,
+        return {**enc, "mask": mask, "lm_logprobs": lm, "nodoc_logprob": nodoc, "bm25": bm25,
                 "ids": torch.tensor([int(r["id"]) for r in rows], dtype=torch.long)}
 
 

@@ -52,7 +52,8 @@ def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path, train
             "input_format": fmt.to_dict(), "weights": WEIGHTS_FILE,
             "cosine_temperature": getattr(model, "temperature", None),
             "score": ("linear head on the first token's last hidden state" if fmt.architecture == "cross" else
-                      "cosine of mean-pooled prefix and passage embeddings / cosine_temperature")}
+                      "cosine of mean-pooled prefix and passage embeddings / cosine_temperature")
+            + (f" + {fmt.bm25_weight} x BM25 score" if fmt.bm25_weight else "")}
     if trained:
         meta["trained"] = trained
     (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")

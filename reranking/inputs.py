@@ -36,6 +36,9 @@ class InputFormat:
     """``cross`` (one pair per encoder input) or ``bi`` (prefix and passage embedded separately)."""
     max_passage_tokens: int = 256
     """Bi-encoder only: encoder tokens kept from the start of the passage, special tokens included."""
+    bm25_weight: float = 0.0
+    """Score = f(x, d) + ``bm25_weight`` × the candidate's BM25 score: the first stage's ranking as a fixed
+    prior that training learns a correction to (0: the paper's reranker, which sees the text alone)."""
 
     def __post_init__(self):
         problems = []
@@ -43,6 +46,8 @@ class InputFormat:
             problems.append(f"architecture={self.architecture!r} must be 'cross' or 'bi' (--model.architecture)")
         if self.max_prefix_tokens < 1:
             problems.append(f"max_prefix_tokens={self.max_prefix_tokens} must be >= 1")
+        if not 0 <= self.bm25_weight < float("inf"):
+            problems.append(f"bm25_weight={self.bm25_weight} must be finite and >= 0 (--model.bm25_weight)")
         if self.architecture == "bi":
             if self.max_passage_tokens < 3:
                 problems.append(f"max_passage_tokens={self.max_passage_tokens} must be >= 3 "
@@ -63,14 +68,18 @@ class InputFormat:
         """The most encoder positions one input takes."""
         return max(self.max_prefix_tokens, self.max_passage_tokens) if self.architecture == "bi" else self.max_length
 
+    def with_bm25(self, scores: torch.Tensor, bm25: torch.Tensor) -> torch.Tensor:
+        """``scores + bm25_weight * bm25`` (``scores`` unchanged when the weight is 0)."""
+        return scores + self.bm25_weight * bm25.to(scores) if self.bm25_weight else scores
+
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "InputFormat":
         """Exports written before bi-encoders existed have no ``architecture``: they are cross-encoders."""
-        known = {k: d[k] for k in ("max_length", "max_prefix_tokens", "architecture", "max_passage_tokens")
-                 if k in d}
+        known = {k: d[k] for k in ("max_length", "max_prefix_tokens", "architecture", "max_passage_tokens",
+                                   "bm25_weight") if k in d}
         return cls(**known)
 
     def encode(self, tokenizer, prefixes: Sequence[str], passages: Sequence[str], pair_prefix: Sequence[int],

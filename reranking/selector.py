@@ -51,7 +51,15 @@ class PredictiveSelector(Selector):
 
     @torch.inference_mode()
     def scores(self, batch: StrideBatch) -> list[torch.Tensor]:
-        """f(x_i, d_ij) for every stride i: a float32 CPU tensor of length ``len(batch.candidates[i])``."""
+        """f(x_i, d_ij) (+ the BM25 prior, as trained) for every stride i: a float32 CPU tensor of length
+        ``len(batch.candidates[i])``."""
+        found = self._text_scores(batch)
+        if not self.fmt.bm25_weight:
+            return found
+        return [self.fmt.with_bm25(s, torch.tensor([p.score for p in c], dtype=torch.float32))
+                for s, c in zip(found, batch.candidates)]
+
+    def _text_scores(self, batch: StrideBatch) -> list[torch.Tensor]:
         if self._cosine is not None:
             return [c / self.model.temperature for c in self._cosine.scores(batch)]
         pairs = [(i, p.document()) for i, cands in enumerate(batch.candidates) for p in cands]
@@ -71,7 +79,8 @@ class PredictiveSelector(Selector):
 
     def rank(self, prefix: str, passages: list) -> tuple[list[float], list[int]]:
         """Library use: the scores f(prefix, passage) and the passages' indices best first. A passage is
-        a ``ralm.retrieval.Passage`` or a string (``"title\ntext"``, as the reranker was trained on)."""
+        a ``ralm.retrieval.Passage`` or a string (``"title\ntext"``, as the reranker was trained on); a
+        reranker trained with ``bm25_weight`` adds the Passage's ``score`` (BM25) times it, 0 for a string."""
         from ralm.retrieval import Passage
 
         cands = [p if isinstance(p, Passage) else Passage("", "", str(p), 0.0) for p in passages]

@@ -57,6 +57,8 @@ class RerankerSystem(pl.LightningModule):
         warmup_steps: optimizer steps of linear warm-up from 0 to ``lr``; then linear decay to 0.
         total_steps: length of the schedule in optimizer steps; default: the trainer's ``max_steps``.
         cosine_temperature: bi: τ dividing the cosine (cosines lie in [-1, 1]; the loss needs wider logits).
+        bm25_weight: the score is f(x, d) + ``bm25_weight`` × BM25(x, d), a fixed prior that training
+            corrects (0: the paper's reranker; see :class:`reranking.inputs.InputFormat`).
         init_from: a reranker export (encoder *and* head, e.g. one pretrained on other data) whose
             weights to start from; its architecture must be ``encoder``'s. Use ``pretrained: false``.
     """
@@ -65,7 +67,7 @@ class RerankerSystem(pl.LightningModule):
                  max_prefix_tokens: int = 256, loss: str = "marginal", temperature: float = 1.0,
                  lr: float = 1e-5, weight_decay: float = 0.01, warmup_steps: int = 1000,
                  total_steps: int | None = None, init_from: str | None = None, architecture: str = "cross",
-                 max_passage_tokens: int = 256, cosine_temperature: float = 0.05):
+                 max_passage_tokens: int = 256, cosine_temperature: float = 0.05, bm25_weight: float = 0.0):
         super().__init__()
         problems = []
         if loss not in ("marginal", "distill"):
@@ -82,7 +84,8 @@ class RerankerSystem(pl.LightningModule):
             raise SettingsError("RerankerSystem: " + "; ".join(problems))
         self.save_hyperparameters()
         self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
-                               architecture=architecture, max_passage_tokens=max_passage_tokens)
+                               architecture=architecture, max_passage_tokens=max_passage_tokens,
+                               bm25_weight=bm25_weight)
         self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature)
         if init_from is not None:
             from reranking.export import load_reranker
@@ -111,12 +114,14 @@ class RerankerSystem(pl.LightningModule):
         return self._tokenizer
 
     def score_batch(self, batch: dict) -> torch.Tensor:
-        """Scores ``[B, k]`` for a collated batch (``P`` pair scores scattered into ``mask[B, k]``; -inf on padding)."""
+        """Scores ``[B, k]`` for a collated batch (``P`` pair scores scattered into ``mask[B, k]``, plus the
+        BM25 prior if the format has one; -inf on padding)."""
         mask = batch["mask"]
         f = self.model(**{k: batch[k] for k in self.model.input_keys if k in batch})  # [P]
         if f.shape[0] != int(mask.sum()):
             raise ValueError(f"batch has {f.shape[0]} pairs but mask {tuple(mask.shape)} marks {int(mask.sum())}")
-        return torch.full(mask.shape, float("-inf"), device=f.device, dtype=f.dtype).masked_scatter(mask, f)
+        scores = torch.full(mask.shape, float("-inf"), device=f.device, dtype=f.dtype).masked_scatter(mask, f)
+        return self.fmt.with_bm25(scores, batch["bm25"]) if self.fmt.bm25_weight else scores
 
     # ---------------------------------------------------------------- training
     def training_step(self, batch, batch_idx):

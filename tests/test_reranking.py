@@ -360,3 +360,41 @@ def test_bi_encoder_collator_and_format_checks(tiny_bert_dir, rerank_data_dir):
         InputFormat(architecture="poly")
     with pytest.raises(SettingsError, match="max_passage_tokens=600 exceeds"):
         InputFormat(architecture="bi", max_passage_tokens=600).check_encoder(512, 0)
+
+
+@pytest.mark.parametrize("architecture", ["bi", "cross"])
+def test_bm25_prior_is_added_alike_in_training_and_evaluation(tiny_bert_dir, rerank_data_dir, tmp_path, architecture):
+    """score = f(x, d) + w × BM25(x, d): the training batch's scores (RerankerSystem.score_batch on the
+    collator's ``bm25``) and the exported selector's (``Passage.score``) are the text-only scores plus the
+    same prior, and the weight survives the export."""
+    from datasets import load_dataset
+
+    from ralm.retrieval import Passage
+    from ralm.selectors import StrideBatch
+    from reranking.data import RerankCollator, parquet_files
+    from reranking.export import export
+    from reranking.selector import PredictiveSelector
+    from reranking.system import RerankerSystem
+
+    kw = dict(encoder=str(tiny_bert_dir), architecture=architecture, max_length=48, max_prefix_tokens=16,
+              max_passage_tokens=24)
+    torch.manual_seed(0)
+    plain = RerankerSystem(**kw).eval()
+    prior = RerankerSystem(**kw, bm25_weight=0.5).eval()
+    prior.model.load_state_dict(plain.model.state_dict())
+    rows = load_dataset("parquet", data_files=parquet_files(rerank_data_dir), split="train").select(range(6, 10))
+    batch = RerankCollator(prior.tokenizer, prior.fmt)(list(rows))
+    bm25 = torch.full(batch["mask"].shape, float("-inf"))
+    for b, r in enumerate(rows):
+        bm25[b, : len(r["bm25_scores"])] = torch.tensor(r["bm25_scores"])
+    with torch.no_grad():
+        want = plain.score_batch(batch) + 0.5 * bm25      # -inf stays on padding
+        torch.testing.assert_close(prior.score_batch(batch), want)
+    sel = PredictiveSelector.from_path(export(prior, tmp_path / "export"), batch_size=3)
+    assert sel.fmt.bm25_weight == 0.5
+    cands = [[Passage(f"d{j}", "", t, s) for j, (t, s) in enumerate(zip(r["doc_texts"], r["bm25_scores"]))] for r in rows]
+    got = sel.scores(StrideBatch([r["prefix_text"] for r in rows], cands, list(range(len(rows)))))
+    for b, g in enumerate(got):
+        torch.testing.assert_close(g, want[b, : len(g)], rtol=1e-4, atol=1e-4)
+    with pytest.raises(Exception, match="bm25_weight"):
+        InputFormat(bm25_weight=-1.0)
