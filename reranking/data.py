@@ -23,7 +23,7 @@ from ralm.schema import TRAINING_COLUMNS
 from reranking.inputs import InputFormat
 
 REQUIRED_COLUMNS = tuple(c for c in TRAINING_COLUMNS if c != "nodoc_logprob")
-OPTIONAL_COLUMNS = ("nodoc_logprob",)
+OPTIONAL_COLUMNS = ("nodoc_logprob", "bm25_scores")  # bm25_scores: read by a reranker with a BM25 prior
 
 
 def parquet_files(data_dir: str | os.PathLike) -> list[str]:
@@ -59,8 +59,8 @@ class RerankCollator:
         ``[B, Tq]``, ``passage_*`` ``[P, Tp]`` and ``pair_query[P]`` — pairs in row-major (example,
         candidate) order; ``mask``: ``BoolTensor[B, k]``; ``lm_logprobs``:
         ``FloatTensor[B, k]`` (0 on padding); ``bm25``: the candidates' BM25 scores, ``FloatTensor[B, k]``
-        (0 on padding; read by a reranker with ``bm25_weight``); ``nodoc_logprob``: ``FloatTensor[B]``
-        (NaN if absent); ``ids``: ``LongTensor[B]``.
+        (0 on padding; present when every row has ``bm25_scores``; read by a reranker with ``bm25_weight``);
+        ``nodoc_logprob``: ``FloatTensor[B]`` (NaN if absent); ``ids``: ``LongTensor[B]``.
     """
 
     def __init__(self, tokenizer, fmt: InputFormat, max_candidates: int | None = None, padding: str = "longest"):
@@ -79,12 +79,12 @@ class RerankCollator:
         B, k = len(rows), max(len(d) for d in docs)
         mask = torch.zeros((B, k), dtype=torch.bool)
         lm = torch.zeros((B, k), dtype=torch.float32)
-        bm25 = torch.zeros((B, k), dtype=torch.float32)
+        bm25 = torch.zeros((B, k), dtype=torch.float32) if all(r.get("bm25_scores") is not None for r in rows) else None
         passages, pair_prefix = [], []
         for b, (r, d, lp) in enumerate(zip(rows, docs, lps)):
             mask[b, : len(d)] = True
             lm[b, : len(d)] = torch.tensor(lp, dtype=torch.float32)
-            if r.get("bm25_scores") is not None:
+            if bm25 is not None:
                 bm25[b, : len(d)] = torch.tensor(list(r["bm25_scores"])[: len(d)], dtype=torch.float32)
             passages += d
             pair_prefix += [b] * len(d)
@@ -92,8 +92,9 @@ class RerankCollator:
                               padding=self.padding)
         nodoc = torch.tensor([float("nan") if r.get("nodoc_logprob") is None else float(r["nodoc_logprob"])
                               for r in rows], dtype=torch.float32)
-        return {**enc, "mask": mask, "lm_logprobs": lm, "nodoc_logprob": nodoc, "bm25": bm25,
-                "ids": torch.tensor([int(r["id"]) for r in rows], dtype=torch.long)}
+        out = {**enc, "mask": mask, "lm_logprobs": lm, "nodoc_logprob": nodoc,
+               "ids": torch.tensor([int(r["id"]) for r in rows], dtype=torch.long)}
+        return out if bm25 is None else {**out, "bm25": bm25}
 
 
 class _EpochBatches:

@@ -121,7 +121,13 @@ class RerankerSystem(pl.LightningModule):
         if f.shape[0] != int(mask.sum()):
             raise ValueError(f"batch has {f.shape[0]} pairs but mask {tuple(mask.shape)} marks {int(mask.sum())}")
         scores = torch.full(mask.shape, float("-inf"), device=f.device, dtype=f.dtype).masked_scatter(mask, f)
-        return self.fmt.with_bm25(scores, batch["bm25"]) if self.fmt.bm25_weight else scores
+        if not self.fmt.bm25_weight:
+            return scores
+        if "bm25" not in batch:
+            raise ValueError(f"bm25_weight={self.fmt.bm25_weight} needs the candidates' BM25 scores, and this batch "
+                             "has none: the training data lacks a bm25_scores column (regenerate it with data_gen.build) "
+                             "or set --model.bm25_weight 0")
+        return self.fmt.with_bm25(scores, batch["bm25"])
 
     # ---------------------------------------------------------------- training
     def training_step(self, batch, batch_idx):

@@ -371,7 +371,7 @@ def test_bm25_prior_is_added_alike_in_training_and_evaluation(tiny_bert_dir, rer
 
     from ralm.retrieval import Passage
     from ralm.selectors import StrideBatch
-    from reranking.data import RerankCollator, parquet_files
+    from reranking.data import RerankDataModule, parquet_files
     from reranking.export import export
     from reranking.selector import PredictiveSelector
     from reranking.system import RerankerSystem
@@ -382,8 +382,15 @@ def test_bm25_prior_is_added_alike_in_training_and_evaluation(tiny_bert_dir, rer
     plain = RerankerSystem(**kw).eval()
     prior = RerankerSystem(**kw, bm25_weight=0.5).eval()
     prior.model.load_state_dict(plain.model.state_dict())
-    rows = load_dataset("parquet", data_files=parquet_files(rerank_data_dir), split="train").select(range(6, 10))
-    batch = RerankCollator(prior.tokenizer, prior.fmt)(list(rows))
+    # the batch comes through the data module, as in reranking.fit (which once dropped bm25_scores)
+    dm = RerankDataModule(str(rerank_data_dir), tokenizer=str(tiny_bert_dir), val_fraction=0.25, batch_size=4,
+                          num_workers=0, architecture=architecture, max_length=48, max_prefix_tokens=16,
+                          max_passage_tokens=24)
+    dm.setup("fit")
+    batch = next(iter(dm.val_dataloader()))
+    by_id = {r["id"]: r for r in load_dataset("parquet", data_files=parquet_files(rerank_data_dir), split="train")}
+    rows = [by_id[int(i)] for i in batch["ids"]]
+    assert len(rows) == 4 and "bm25" in batch
     bm25 = torch.full(batch["mask"].shape, float("-inf"))
     for b, r in enumerate(rows):
         bm25[b, : len(r["bm25_scores"])] = torch.tensor(r["bm25_scores"])
@@ -398,3 +405,5 @@ def test_bm25_prior_is_added_alike_in_training_and_evaluation(tiny_bert_dir, rer
         torch.testing.assert_close(g, want[b, : len(g)], rtol=1e-4, atol=1e-4)
     with pytest.raises(Exception, match="bm25_weight"):
         InputFormat(bm25_weight=-1.0)
+    with pytest.raises(ValueError, match="bm25_scores column"):
+        prior.score_batch({k: v for k, v in batch.items() if k != "bm25"})
