@@ -22,7 +22,7 @@ def load_text_and_tokenizer(tmp: Path):
     ../shared/data when present, else pseudo-WikiText and a 2,000-token BPE trained on it under ``tmp``."""
     from transformers import GPT2TokenizerFast
 
-    from tests.tiny import train_tokenizer, wikitext_articles
+    from ralm.tiny import train_tokenizer, wikitext_articles
 
     raw = SHARED / "wikitext-2-raw" / "wiki.test.raw"
     text = raw.read_text(encoding="utf-8") if raw.exists() else wikitext_articles(n_articles=200, seed=0)

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from tests.tiny import make_gpt2, make_roberta, train_tokenizer, wikitext_articles
+    from ralm.tiny import make_gpt2, make_roberta, train_tokenizer, wikitext_articles
 
     rng = random.Random(a.seed)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="kill_resume_"))

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import bf16_peak, load_text_and_tokenizer  # noqa: E402
-from tests.tiny import make_gpt2  # noqa: E402
+from ralm.tiny import make_gpt2  # noqa: E402
 
 WT103_TEST_TOKENS = 286_221  # GPT-2 tokens of WikiText-103 test (= WikiText-2 test)
 STRIDE, L, K, S_PRIME = 4, 1024, 16, 16
@@ -106,7 +106,7 @@ def train_part(device: torch.device, sync, peak: float, tmp: Path) -> tuple[floa
     from reranking.data import RerankCollator
     from reranking.inputs import InputFormat
     from reranking.model import CrossEncoder
-    from tests.tiny import train_tokenizer, wikitext_articles
+    from ralm.tiny import train_tokenizer, wikitext_articles
 
     tok = train_tokenizer([wikitext_articles(20)], tmp / "roberta-tok", vocab_size=2000, kind="roberta")
     cfg = RobertaConfig(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ralm.search_process import SearchProcess
-    from tests.tiny import make_gpt2, train_tokenizer, wikitext_articles
+    from ralm.tiny import make_gpt2, train_tokenizer, wikitext_articles
 
     torch.set_num_threads(2)
     work = Path(tempfile.mkdtemp(prefix="stress_search_"))

@@ -2,7 +2,7 @@
 
     python bench/train_throughput.py [--steps 6] [--batch 4] [--k 16]
 
-Builds a small RoBERTa offline (tests.tiny), makes realistic (prefix, passage) pairs from pseudo-WikiText
+Builds a small RoBERTa offline (ralm.tiny), makes realistic (prefix, passage) pairs from pseudo-WikiText
 (prefixes of varying length, ~100-word passages), and times full training steps (collate + forward +
 backward + AdamW) with the project's collator in both padding modes, in one process. With a GPU it
 also times a RoBERTa-base-sized encoder in bf16 and reports model-FLOPs utilisation and the projected
@@ -27,7 +27,7 @@ from reranking.data import RerankCollator  # noqa: E402
 from reranking.inputs import InputFormat  # noqa: E402
 from reranking.loss import MarginalLikelihoodLoss  # noqa: E402
 from reranking.model import CrossEncoder  # noqa: E402
-from tests.tiny import make_roberta, train_tokenizer, wikitext_articles  # noqa: E402
+from ralm.tiny import make_roberta, train_tokenizer, wikitext_articles  # noqa: E402
 
 
 

@@ -47,7 +47,7 @@ WORLD_SEED_BASE = 1000
 
 def build_tokenizer(out_dir: Path, vocab_size: int, seed: int):
     """Byte-level BPE trained on the demo world (seed 0) and a few other worlds (syllable-level merges)."""
-    from tests.tiny import train_tokenizer
+    from ralm.tiny import train_tokenizer
 
     texts = []
     for s in [0] + [WORLD_SEED_BASE + seed * 100 + i for i in range(8)]:

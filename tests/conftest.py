@@ -1,4 +1,4 @@
-"""Session-wide tiny models and text, built once offline (see tests/tiny.py)."""
+"""Session-wide tiny models and text, built once offline (see ralm/tiny.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 @pytest.fixture(scope="session")
 def wiki_text() -> str:
     """~20 WikiText-shaped articles of pseudo-English (about 10k GPT-2-ish tokens)."""
-    from tests.tiny import wikitext_articles
+    from ralm.tiny import wikitext_articles
 
     return wikitext_articles(n_articles=20, seed=0)
 
@@ -25,7 +25,7 @@ def wiki_text() -> str:
 @pytest.fixture(scope="session")
 def tiny_gpt2_dir(tmp_path_factory, wiki_text) -> Path:
     """A 2-layer, 32-wide GPT-2 with a 512-token BPE vocabulary trained on ``wiki_text``."""
-    from tests.tiny import make_gpt2, train_tokenizer
+    from ralm.tiny import make_gpt2, train_tokenizer
 
     d = tmp_path_factory.mktemp("tiny_gpt2")
     tok = train_tokenizer([wiki_text], d, vocab_size=512, kind="gpt2")
@@ -36,7 +36,7 @@ def tiny_gpt2_dir(tmp_path_factory, wiki_text) -> Path:
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory, wiki_text) -> Path:
     """A 2-layer, 32-wide Llama (grouped-query attention) whose tokenizer adds a BOS token."""
-    from tests.tiny import make_llama, train_bos_tokenizer
+    from ralm.tiny import make_llama, train_bos_tokenizer
 
     d = tmp_path_factory.mktemp("tiny_llama")
     tok = train_bos_tokenizer([wiki_text], d, vocab_size=400)
@@ -47,7 +47,7 @@ def tiny_llama_dir(tmp_path_factory, wiki_text) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory, wiki_text) -> Path:
     """A 2-layer, 32-wide BERT encoder with an uncased WordPiece tokenizer (token type ids)."""
-    from tests.tiny import make_bert
+    from ralm.tiny import make_bert
 
     d = tmp_path_factory.mktemp("tiny_bert")
     make_bert(d, [wiki_text], seed=0)
@@ -57,7 +57,7 @@ def tiny_bert_dir(tmp_path_factory, wiki_text) -> Path:
 @pytest.fixture(scope="session")
 def tiny_roberta_dir(tmp_path_factory, wiki_text) -> Path:
     """A 2-layer, 32-wide RoBERTa encoder with its own locally trained tokenizer."""
-    from tests.tiny import make_roberta, train_tokenizer
+    from ralm.tiny import make_roberta, train_tokenizer
 
     d = tmp_path_factory.mktemp("tiny_roberta")
     tok = train_tokenizer([wiki_text], d, vocab_size=600, kind="roberta")
@@ -81,7 +81,7 @@ def bm25_corpus(tmp_path_factory) -> dict:
     Any test that searches starts the process-wide JVM; never fork after that.
     """
     from ralm.corpus import main
-    from tests.tiny import wikitext_articles
+    from ralm.tiny import wikitext_articles
 
     d = tmp_path_factory.mktemp("bm25")
     text = wikitext_articles(n_articles=300, seed=1)
@@ -102,7 +102,7 @@ def write_rerank_shards(out_dir, n: int = 48, k: int = 4, seed: int = 0, shards:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tests.tiny import wikitext_articles
+    from ralm.tiny import wikitext_articles
 
     rng = random.Random(seed)
     words = wikitext_articles(n_articles=3, seed=seed).split()

@@ -16,7 +16,7 @@ import pytest
 
 from eval.ppl import main
 from ralm.retrieval import read_reference_json
-from tests.tiny import make_gpt2, train_tokenizer
+from ralm.tiny import make_gpt2, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--windows.stride", "4", "--windows.max_length", "48", "--windows.doc_max_tokens", "20",

@@ -87,7 +87,7 @@ def test_encoder_or_oversized_tokenizer_refused_as_lm(tmp_path, tiny_roberta_dir
 
     with pytest.raises(ModelError, match="is not a causal language model"):
         check_causal_lm(str(tiny_roberta_dir), load_config(str(tiny_roberta_dir)), load_tokenizer(str(tiny_roberta_dir)))
-    from tests.tiny import train_tokenizer
+    from ralm.tiny import train_tokenizer
 
     big = train_tokenizer([wiki_text], tmp_path / "bigtok", vocab_size=900)
     with pytest.raises(ModelError, match="embedding rows"):

@@ -264,7 +264,7 @@ def test_init_from_an_export_starts_from_its_weights(tiny_roberta_dir, tmp_path)
     """--model.init_from loads encoder and head of a reranker export (the demo's pretrained start)."""
     from reranking.export import export_model
     from reranking.system import RerankerSystem
-    from tests.tiny import make_roberta
+    from ralm.tiny import make_roberta
 
     first = RerankerSystem(str(tiny_roberta_dir), pretrained=True, max_length=64, max_prefix_tokens=24)
     torch.nn.init.normal_(first.model.head.weight, std=1.0)
