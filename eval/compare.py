@@ -4,13 +4,16 @@ Prints one Markdown table (word- and token-level perplexity, relative change aga
 the change against a baseline run (``--baseline``, default ``bm25``) with its paired bootstrap 95 %
 interval over whole articles and the bootstrap p-value, the strides whose NLL went down / up against it
 with the sign test's p-value (:mod:`eval.stats`), the share of strides that took BM25's first hit, and
-the cost: seconds of scoring per 1,000 strides, as each run measured it) and writes a plot: each run's
+the cost: seconds of scoring per 1,000 strides, as each run measured it), with a row for the mean of
+every reranker trained with several seeds (run directories ``NAME-seedN``), and writes a plot: each run's
 per-stride NLL gain over the first run given (cumulative, along the text) and the perplexities. Runs
 must be complete and of the same text and windows; anything else is refused with the directory named.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 from pathlib import Path
 
@@ -41,6 +44,16 @@ def _label(run: dict) -> str:
     return Path(run["dir"]).name if "/" in name or len(name) > 24 else name
 
 
+def seed_groups(runs: list[dict]) -> dict[str, list[dict]]:
+    """Runs of one reranker trained with several seeds: directories named ``NAME-seedN``, by NAME (two or more)."""
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        m = re.fullmatch(r"(.+)-seed\d+", Path(r["dir"]).name)
+        if m:
+            groups.setdefault(m.group(1), []).append(r)
+    return {k: v for k, v in groups.items() if len(v) >= 2}
+
+
 def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS) -> str:
     """The comparison table; the baseline is the run whose reranker (or directory name) is ``baseline``."""
     by = {r["results"]["reranker"]: r for r in runs} | {Path(r["dir"]).name: r for r in runs}
@@ -53,23 +66,34 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
         head += [f"vs {bl} [95% CI]", "p (bootstrap)", f"strides better / worse than {bl}", "p (sign test)"]
     head += ["BM25 first chosen", "s / 1k strides"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in runs:
-        res = r["results"]
-        row = [_label(r), f"{res['ppl_word']:.3f}", f"{res['ppl_token']:.3f}"]
+
+    def row(label: str, group: list[dict]) -> str:
+        """One run, or the mean of several seeds' runs (geometric mean of perplexities, mean NLL per stride)."""
+        res = [r["results"] for r in group]
+        word = math.exp(np.mean([math.log(x["ppl_word"]) for x in res]))
+        cells = [label, f"{word:.3f}", f"{math.exp(np.mean([math.log(x['ppl_token']) for x in res])):.3f}"]
         if none:
-            row.append(f"{100 * (res['ppl_word'] / none['results']['ppl_word'] - 1):+.1f}%")
-        if base and r is base:
-            row += ["-", "-", "-", "-"]
+            cells.append(f"{100 * (word / none['results']['ppl_word'] - 1):+.1f}%")
+        if base and group == [base]:
+            cells += ["-", "-", "-", "-"]
         elif base:
-            bs = paired_bootstrap(r["nll"], base["nll"], r["n_tokens"], res["n_words"], unit, unit_name)
-            better, worse, p = sign_test(r["nll"], base["nll"])
-            row += [bs.cell(), p_cell(bs.p_not_better if bs.change < 0 else 1 - bs.p_not_better),
-                    f"{better} / {worse}", p_cell(p)]
-        with_doc = r["rank"] >= 0
-        row.append(f"{100 * (r['rank'][with_doc] == 0).mean():.0f}%" if with_doc.any() else "-")
-        cost = res.get("seconds_per_1000_strides")
-        row.append(f"{cost:,.0f}" if cost is not None else "n/a")
-        lines.append("| " + " | ".join(row) + " |")
+            nll = np.stack([r["nll"] for r in group])
+            bs = paired_bootstrap(nll, base["nll"], group[0]["n_tokens"], res[0]["n_words"], unit, unit_name)
+            better, worse, p = sign_test(nll.mean(0), base["nll"])
+            cells += [bs.cell(), p_cell(bs.p_not_better if bs.change < 0 else 1 - bs.p_not_better),
+                      f"{better} / {worse}", p_cell(p)]
+        first = [(r["rank"][r["rank"] >= 0] == 0).mean() for r in group if (r["rank"] >= 0).any()]
+        cells.append(f"{100 * np.mean(first):.0f}%" if first else "-")
+        costs = [x["seconds_per_1000_strides"] for x in res if x.get("seconds_per_1000_strides") is not None]
+        cells.append(f"{np.mean(costs):,.0f}" if costs else "n/a")
+        return "| " + " | ".join(cells) + " |"
+
+    groups = seed_groups(runs)
+    for r in runs:
+        lines.append(row(_label(r), [r]))
+        for name, group in groups.items():
+            if r is group[-1]:
+                lines.append(row(f"**{name}, mean of {len(group)} seeds**", group))
     n = runs[0]["results"]
     lines.append(f"\n{n['n_strides']} strides, {n['n_scored_tokens']} scored tokens, {n['n_words']} words (spaces), "
                  f"{unit.max() + 1} {unit_name}s.")
@@ -77,6 +101,10 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
         lines.append(f"Interval: paired bootstrap of the word-perplexity change against {bl}, {BOOTSTRAP_SAMPLES:,} "
                      f"resamples of whole {unit_name}s (eval.stats); p (bootstrap): share of resamples on the other "
                      "side of zero. Sign test: strides with lower / higher NLL than the baseline, ties dropped, two-sided.")
+    if groups:
+        lines.append("Mean of N seeds (runs in directories NAME-seedN): geometric mean of their perplexities; its "
+                     "interval resamples the seeds with replacement as well as the units, its sign test compares "
+                     "the seeds' mean NLL per stride.")
     return "\n".join(lines) + "\n"
 
 

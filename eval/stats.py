@@ -9,6 +9,8 @@ strides are scored in both), so every comparison is paired.
   perplexity ``exp((NLL_run - NLL_base) / words) - 1`` on each resample. A unit's words are its share of
   the text's words in proportion to its scored tokens (the point estimate uses the exact total). The
   result is the 95 % percentile interval and the share of resamples in which the run is not better.
+  Runs of several training seeds of one reranker are compared through their mean NLL per stride, and each
+  resample also draws the seeds with replacement, so that the interval holds over seeds as well as text.
 * :func:`sign_test`: strides whose NLL went down against up (ties dropped), two-sided exact binomial
   p-value under "either direction is as likely".
 """
@@ -52,18 +54,28 @@ def units_of(n_strides: int, article: np.ndarray | None, blocks: int = DEFAULT_B
 def paired_bootstrap(nll: np.ndarray, base_nll: np.ndarray, n_tokens: np.ndarray, n_words: int, unit: np.ndarray,
                      unit_name: str, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> Bootstrap:
     """Paired bootstrap of the word-perplexity change of ``nll`` against ``base_nll`` (per-stride NLL sums
-    in nats, the same strides in the same order), resampling the units ``unit`` (index per stride)."""
-    if nll.shape != base_nll.shape or nll.shape != n_tokens.shape or nll.shape != unit.shape:
+    in nats, the same strides in the same order), resampling the units ``unit`` (index per stride).
+
+    ``nll`` may be ``[S, N]``, one row per training seed: the change is that of the seeds' mean NLL, and
+    every resample draws S seeds with replacement besides the units (with one row it is the plain case).
+    """
+    runs = np.atleast_2d(nll)                                            # (S, N)
+    if runs.shape[1:] != base_nll.shape or base_nll.shape != n_tokens.shape or n_tokens.shape != unit.shape:
         raise ValueError(f"per-stride arrays differ in shape: {nll.shape}, {base_nll.shape}, {n_tokens.shape}, "
                          f"{unit.shape}")
-    n_units = int(unit.max()) + 1
-    delta = np.bincount(unit, weights=nll - base_nll, minlength=n_units)  # (U,) nats
+    n_units, n_seeds = int(unit.max()) + 1, runs.shape[0]
+    delta = np.stack([np.bincount(unit, weights=r - base_nll, minlength=n_units) for r in runs])  # (S, U) nats
     toks = np.bincount(unit, weights=n_tokens, minlength=n_units)        # (U,) scored tokens
     words_per_token = n_words / n_tokens.sum()
     rng = np.random.default_rng(seed)
     draw = rng.integers(0, n_units, size=(samples, n_units))            # (B, U) unit indices
-    change_b = np.expm1(delta[draw].sum(1) / (words_per_token * toks[draw].sum(1)))  # (B,)
-    change = math.expm1(float((nll - base_nll).sum()) / n_words)
+    if n_seeds == 1:
+        delta_b = delta[0][draw].sum(1)                                  # (B,) the draws of a single run
+    else:
+        seeds = rng.integers(0, n_seeds, size=(samples, n_seeds))       # (B, S) seed indices
+        delta_b = np.stack([delta[seeds[b]].mean(0)[draw[b]].sum() for b in range(samples)])
+    change_b = np.expm1(delta_b / (words_per_token * toks[draw].sum(1)))  # (B,)
+    change = math.expm1(float((runs - base_nll).sum()) / n_seeds / n_words)
     low, high = np.percentile(change_b, [2.5, 97.5])
     return Bootstrap(change, float(low), float(high), float((change_b >= 0).mean()), n_units, unit_name)
 

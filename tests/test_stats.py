@@ -60,3 +60,64 @@ def test_sign_test_is_the_exact_two_sided_binomial():
     assert (better, worse) == (d.count(-1.0), d.count(1.0)) and p == pytest.approx(plain, rel=1e-12)
     assert sign_test(np.zeros(3), np.zeros(3)) == (0, 0, 1.0)
     assert sign_test(-np.ones(20), np.zeros(20))[2] == pytest.approx(2 * 0.5 ** 20)
+
+
+def test_seeds_are_resampled_with_the_units():
+    """Several seeds' runs: the change of their mean NLL, each resample drawing seeds with replacement too."""
+    rng = np.random.default_rng(1)
+    n, seeds = 40, 3
+    article = np.sort(rng.integers(0, 6, size=n))
+    toks = rng.integers(3, 33, size=n).astype(float)
+    base = rng.gamma(2.0, 20.0, size=n)
+    nll = base + rng.normal(-0.5, 3.0, size=(seeds, n))
+    unit, name = units_of(n, article)
+    bs = paired_bootstrap(nll, base, toks, 300, unit, name, samples=150, seed=4)
+    # plain: one resample at a time, seed by seed, unit by unit
+    r = np.random.default_rng(4)
+    n_units = int(unit.max()) + 1
+    draws = r.integers(0, n_units, size=(150, n_units))
+    picks = r.integers(0, seeds, size=(150, seeds))
+    changes = []
+    for row, pick in zip(draws, picks):
+        d = t = 0.0
+        for u in row:
+            sel = unit == u
+            d += sum(float((nll[s][sel] - base[sel]).sum()) for s in pick) / seeds
+            t += float(toks[sel].sum())
+        changes.append(math.exp(d / (300 / toks.sum() * t)) - 1)
+    assert bs.change == pytest.approx(math.exp((nll.mean(0) - base).sum() / 300) - 1, rel=1e-12)
+    assert (bs.low, bs.high, bs.p_not_better) == pytest.approx(
+        (*np.percentile(changes, [2.5, 97.5]), np.mean(np.array(changes) >= 0)), rel=1e-9)
+    # identical seeds are one run
+    one = paired_bootstrap(nll[0], base, toks, 300, unit, name, samples=150, seed=4)
+    same = paired_bootstrap(np.stack([nll[0]] * 3), base, toks, 300, unit, name, samples=150, seed=4)
+    assert (same.change, same.low, same.high) == pytest.approx((one.change, one.low, one.high), rel=1e-12)
+
+
+def test_compare_adds_the_mean_of_a_rerankers_seeds():
+    from pathlib import Path
+
+    from eval.compare import table
+
+    rng = np.random.default_rng(2)
+    n, words = 30, 500
+    toks = np.full(n, 10.0)
+    article = np.repeat(np.arange(5), 6)
+
+    def fake(name, nll):
+        ppl = math.exp(nll.sum() / words)
+        return {"dir": Path("/runs") / name, "nll": nll, "n_tokens": toks, "article": article,
+                "rank": np.zeros(n, dtype=int), "results": {"reranker": f"/runs/{name}" if "seed" in name else name,
+                "ppl_word": ppl, "ppl_token": math.exp(nll.sum() / toks.sum()), "n_words": words,
+                "n_strides": n, "n_scored_tokens": int(toks.sum()), "seconds_per_1000_strides": 100.0}}
+
+    base = rng.gamma(2.0, 20.0, size=n)
+    seeds = [base + rng.normal(-1.0, 2.0, size=n) for _ in range(2)]
+    runs = [fake("bm25", base), fake("pred-seed0", seeds[0]), fake("pred-seed1", seeds[1])]
+    md = table(runs, "bm25")
+    row = next(line for line in md.splitlines() if "pred, mean of 2 seeds" in line)
+    geo = math.exp(np.mean([math.log(r["results"]["ppl_word"]) for r in runs[1:]]))
+    bs = paired_bootstrap(np.stack(seeds), base, toks, words, *units_of(n, article))
+    assert f"| {geo:.3f} |" in row and bs.cell() in row
+    assert md.index("pred-seed1") < md.index("pred, mean of 2 seeds")
+    assert "mean of" not in table(runs[:2], "bm25")  # one seed: no mean row
