@@ -32,11 +32,25 @@ def error(prog: str, msg: Any) -> int:
     return 2
 
 
+def help_formatter():
+    """jsonargparse's help formatter, printing the description as written: example commands stay on their
+    own lines (argparse would re-wrap them into one paragraph)."""
+    import argparse
+
+    from jsonargparse import DefaultHelpFormatter
+
+    class HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
+        pass
+
+    return HelpFormatter
+
+
 def make_parser(fn: Callable, prog: str, description: str | None = None, varargs: str | None = None):
     from jsonargparse import ActionConfigFile, ArgumentParser
 
     doc = description if description is not None else (inspect.getdoc(sys.modules[fn.__module__]) or "")
-    parser = ArgumentParser(prog=prog, description=doc, exit_on_error=False, default_env=False, allow_abbrev=False)
+    parser = ArgumentParser(prog=prog, description=doc, exit_on_error=False, default_env=False, allow_abbrev=False,
+                            formatter_class=help_formatter())
     parser.add_argument("--config", action=ActionConfigFile,
                         help="YAML file with any of the settings below; flags after it override it.")
     if varargs:  # one list-of-strings parameter given as positional words: ``cmd A B C``

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from jsonargparse import ArgumentError
 
-from ralm.cli import USER_ERRORS, error, quiet_libraries
+from ralm.cli import USER_ERRORS, error, help_formatter, quiet_libraries
 
 PROG = "python -m reranking.fit"
 
@@ -250,7 +250,9 @@ def _run(args: list[str]):
         quiet_lightning(verbose)
         cli = cli_class(RerankerSystem, RerankDataModule, run=False, args=args, seed_everything_default=0,
                         save_config_kwargs={"overwrite": True}, subclass_mode_model=False,
-                        auto_configure_optimizers=False, parser_kwargs={"prog": PROG, "exit_on_error": False})
+                        auto_configure_optimizers=False,
+                        parser_kwargs={"prog": PROG, "exit_on_error": False, "description": __doc__,
+                                       "formatter_class": help_formatter()})
         trainer, system = cli.trainer, cli.model
         # a second fit exporting to the same --export_dir is refused before it trains (a default export
         # goes to this run's own version directory)

@@ -236,6 +236,10 @@ def test_help_and_print_config():
         p = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=ROOT, capture_output=True, text=True)
         assert p.returncode == 0 and "usage:" in p.stdout, (mod, p.stderr)
         assert time.time() - t < 30  # generous bound against an import that hangs, not a speed measurement
+        if mod == "eval.ppl":  # the description as written: each example command on its own line
+            lines = p.stdout.splitlines()
+            assert "    python -m eval.ppl --reranker bm25          # paper settings: GPT-2, WikiText-103 test, BM25 over DPR" in lines
+            assert any(line.startswith("    python -m eval.ppl --config configs/ppl.yaml --reranker zero-shot") for line in lines)
     p = subprocess.run([sys.executable, "-m", "eval.ppl", "--config", str(ROOT / "configs" / "ppl.yaml"),
                         "--print_config"], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0 and "windows:" in p.stdout and "stride: 4" in p.stdout
