@@ -34,6 +34,7 @@ from ralm.settings import (
     Text,
     Windows,
 )
+from ralm.windows import window_ending_at
 
 from .config import BuildConfig, BuildError, RunConfig
 
@@ -147,10 +148,9 @@ def assemble_shard(layout, s: int, tokens, tokenizer, window: int) -> bool:
     rows = pq.read_table(layout.retrieved(s)).to_pydict()
     if rows["id"] != ids:
         raise BuildError(f"{layout.retrieved(s)} does not hold examples {ids[0]}..{ids[-1]}; delete {layout.work}")
-    stride = build.windows.stride
-    ctx = window - stride
-    prefix_ids = [np.asarray(tokens[p - ctx:p], dtype=np.int32) for p in rows["position"]]
-    target_ids = [np.asarray(tokens[p:p + stride], dtype=np.int32) for p in rows["position"]]
+    wins = [window_ending_at(p, build.windows.stride, window) for p in rows["position"]]
+    prefix_ids = [np.asarray(tokens[w.begin:w.target_begin], dtype=np.int32) for w in wins]
+    target_ids = [np.asarray(tokens[w.target_begin:w.end], dtype=np.int32) for w in wins]
     lm, nodoc = [], []
     for i, n in zip(ids, rows["n_candidates"]):
         cand, none = scores[i]

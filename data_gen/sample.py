@@ -8,8 +8,8 @@ the `` =`` that opens the heading, which is a pre-tokenizer boundary (tested in
 ``tests/test_data_gen.py``). The pieces are the articles, so each token's source article title
 comes for free.
 
-An example is a target position ``p`` with ``L - s <= p <= N - s``: window ``ids[p-(L-s) : p+s]``
-(always full length), targets ``ids[p : p+s]``.
+An example is a target position ``p`` with ``L - s <= p <= N - s``; its window is
+``ralm.windows.window_ending_at(p, s, L)`` (always full length), its targets the window's last s tokens.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from torch.utils.data import Dataset
 
 from ralm.scoring import DocumentEncoder, LMScorer, attach_lm, condition_on_documents
+from ralm.windows import window_ending_at
 
 from .shards import atomic_save_npz
 
@@ -91,11 +92,10 @@ class ChunkDataset(Dataset):
         shard, ids = self.chunks[i]
         rows = self._rows(shard)
         windows, docs, counts = [], [], []
-        ctx = self.window - self.stride
         for ex in ids:
             r = rows[ex]
-            p = int(r["position"])
-            w = torch.from_numpy(np.asarray(self._ids[p - ctx:p + self.stride], dtype=np.int64))
+            win = window_ending_at(int(r["position"]), self.stride, self.window)
+            w = torch.from_numpy(np.asarray(self._ids[win.begin:win.end], dtype=np.int64))
             enc = self._encoder(r["doc_texts"]) if r["doc_texts"] else []
             windows += [w] * (len(enc) + 1)
             docs += list(enc) + [None]

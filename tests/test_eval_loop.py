@@ -12,7 +12,7 @@ from eval.loop import run_loop
 from ralm.retrieval import Passage
 from ralm.scoring import LMScorer
 from ralm.selectors import BUILTIN, RandomCandidate
-from ralm.windows import stride_windows
+from ralm.windows import stride_windows, window_ending_at
 from tests.reference import strided_nll
 
 STRIDE, L, DOC_MAX, S_PRIME = 4, 48, 20, 8
@@ -91,3 +91,17 @@ def test_windows_follow_the_reference_arithmetic():
     assert sum(x.n_scored for x in w) == 10
     with pytest.raises(ValueError, match="at least 2"):
         stride_windows(1, 4, 6)
+
+
+def test_a_training_example_is_an_evaluation_window():
+    """Data generation's window for target position p is evaluation's full window whose targets start at p:
+    the LM sees the same tokens at training and at test time."""
+    for n, s, L in [(40, 4, 12), (41, 3, 7), (64, 8, 8)]:
+        full = [w for w in stride_windows(n, s, L)[1:] if w.length == L and w.trg_len == s]
+        assert full
+        for w in full:
+            d = window_ending_at(w.target_begin, s, L)
+            assert (d.begin, d.end, d.target_begin, d.trg_len) == (w.begin, w.end, w.target_begin, w.trg_len)
+    assert window_ending_at(8, 4, 12).begin == 0
+    with pytest.raises(ValueError, match="no room"):
+        window_ending_at(7, 4, 12)
