@@ -175,13 +175,12 @@ def assemble_shard(layout, s: int, tokens, tokenizer, window: int) -> bool:
 
 def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int, shard_done=None) -> bool:
     """Score the pending chunks with Lightning; returns True in the process that writes the dataset."""
-    import lightning.pytorch as pl
     from torch.utils.data import DataLoader
 
     from ralm.cli import quiet_lightning
-    from ralm.models import load_causal_lm
     from ralm.precision import for_run
     from ralm.progress import Progress
+    from ralm.stage import open_lm, predict
 
     from .score import ChunkDataset, LMScoringModule, ScoreWriter, unwrap
 
@@ -196,8 +195,7 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int, 
         _log(f"[score] {n_ex:,} example(s) in {len(chunks):,} step(s) of <= {run.batch_examples} examples "
              f"(<= {run.batch_examples * (build.retrieval.k + 1)} LM rows of {window} tokens each); LM compute "
              f"dtype {precision.describe(run.scoring.dtype)}")
-    model, _ = load_causal_lm(build.model, "cpu", device_map=run.scoring.device_map,
-                              max_memory=run.scoring.max_memory, offload_folder=str(layout.work / "offload"))
+    model = open_lm(build.model, run.scoring, layout.work)
     shards = sorted({s for s, _ in chunks})
     dataset = ChunkDataset(chunks, {s: str(layout.retrieved(s)) for s in shards}, str(layout.tokens), build.model,
                            window, build.windows.stride, build.windows.doc_max_tokens, str(layout.retrieve_failed))
@@ -207,18 +205,13 @@ def stage_score(layout, run: RunConfig, window: int, rank0: bool, n_total: int, 
     module = LMScoringModule(model, stride=build.windows.stride, batch_size=run.scoring.batch_size,
                              dtype=precision.dtype)
     bar = Progress(n_total, "score", "examples", enabled=run.progress and rank0, initial=n_total - n_ex)
-    trainer = pl.Trainer(**run.trainer.kwargs(one_process=run.scoring.device_map is not None), logger=False,
-                         enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
-                         callbacks=[ScoreWriter(layout.scores_dir, bar, shard_done)], inference_mode=True)
-    t0 = time.perf_counter()
-    trainer.predict(module, dataloaders=loader, return_predictions=False)
-    trainer.strategy.barrier("data_gen.score.done")  # every rank's chunk files are on disk
+    writer = ScoreWriter(layout.scores_dir, bar, shard_done)
+    is_zero, dt, world = predict(module, loader, writer, run.trainer, run.scoring, "data_gen.score")
     bar.close()
-    if trainer.is_global_zero:
-        dt = time.perf_counter() - t0
+    if is_zero:
         _log(f"[score] {n_ex:,} examples in {dt:.1f}s: {n_ex / dt:,.1f} examples/s, "
-             f"{n_ex * (build.retrieval.k + 1) * window / dt:,.0f} LM tokens/s (world size {trainer.world_size})")
-    return trainer.is_global_zero
+             f"{n_ex * (build.retrieval.k + 1) * window / dt:,.0f} LM tokens/s (world size {world})")
+    return is_zero
 
 
 # ---------------------------------------------------------------------------------------------

@@ -343,17 +343,15 @@ def _retrieval_identity(retrieval: Retrieval, retrieval_file: str | None) -> dic
 def _predict(model, reranker, ranker, seed, windows, max_length, scoring, trainer, ids_t, tokenizer, pending,
              make_candidates, work, n_strides, n_done, progress, k, verbose) -> bool:
     """Score the pending chunks with Lightning; returns True in the process that writes the outputs."""
-    import lightning.pytorch as pl
     from torch.utils.data import DataLoader
 
     from eval.predict import ChunkWriter, EvalModule, StrideChunks, unbatched
     from ralm.cli import quiet_lightning
-    from ralm.models import load_causal_lm
     from ralm.progress import Progress
+    from ralm.stage import open_lm, predict
 
     quiet_lightning(verbose)
-    lm, _ = load_causal_lm(model, "cpu", device_map=scoring.device_map, max_memory=scoring.max_memory,
-                           offload_folder=str(work / "offload"))
+    lm = open_lm(model, scoring, work)
     selector = make_selector(reranker, ranker, model, seed, windows=windows, max_length=max_length, scoring=scoring)
     module = EvalModule(lm, selector, ids_t, tokenizer, doc_max_tokens=windows.doc_max_tokens,
                         zero_shot_tokens=windows.zero_shot_tokens, k=k,
@@ -362,17 +360,9 @@ def _predict(model, reranker, ranker, seed, windows, max_length, scoring, traine
                       collate_fn=unbatched)
     bar = Progress(n_strides, f"ppl [{reranker if len(reranker) < 20 else 'predictive'}]", "strides",
                    enabled=progress, initial=n_done)
-    writer = ChunkWriter(work / "chunks", bar)
-    tr = pl.Trainer(**trainer.kwargs(one_process=scoring.device_map is not None), logger=False,
-                    enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
-                    callbacks=[writer], inference_mode=True)
-    if not tr.is_global_zero:
-        writer.progress = None
-    t0 = time.perf_counter()
-    tr.predict(module, dataloaders=data, return_predictions=False)
-    tr.strategy.barrier("eval.ppl.done")  # every rank's chunk files are on disk
+    rank0, seconds, _ = predict(module, data, ChunkWriter(work / "chunks", bar), trainer, scoring, "eval.ppl")
     bar.close()
-    return tr.is_global_zero, time.perf_counter() - t0
+    return rank0, seconds
 
 
 def stride_articles(tokenizer, body: str, wins, stride_index) -> "np.ndarray | None":
