@@ -24,9 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import load_text_and_tokenizer
 from bench.naive_eval import naive_nll
-from eval.loop import run_loop
+from eval.predict import run_loop
 from ralm.retrieval import Passage
-from ralm.scoring import LMScorer
 from ralm.selectors import BUILTIN
 from ralm.windows import stride_windows
 
@@ -73,9 +72,10 @@ def main():
         naive, _ = naive_nll(model, tok, ids, docs, NAIVE_RANKING[name], args.stride, args.max_length)
         t_naive = time.perf_counter() - t
         t = time.perf_counter()
-        res = run_loop(ids, tok, LMScorer(fused, batch_size=args.batch_size), BUILTIN[name](),
-                       lambda run: [cands[w.index] for w in run], stride=args.stride, max_length=args.max_length,
-                       k=args.k, strides_per_chunk=max(args.batch_size, 16), progress=False)
+        res = run_loop(ids, tok, fused, BUILTIN[name](), lambda run: [cands[w.index] for w in run],
+                       batch_size=args.batch_size, stride=args.stride, max_length=args.max_length,
+                       k=args.k, strides_per_chunk=max(args.batch_size, 16),
+                       accelerator=args.device, progress=False)
         t_fast = time.perf_counter() - t
         agree = abs(res.nll_sum - naive) / abs(naive)
         print(f"{name:>10}: naive {scored / t_naive:9.1f} tok/s | batched {scored / t_fast:9.1f} tok/s | "

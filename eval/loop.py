@@ -7,8 +7,8 @@ it is computed: a chunk (consecutive strides of equal shape, with all their cand
 a few large forwards, and the LM head runs only on the positions that are scored.
 
 :func:`score_chunk` is the unit of work: ``eval.predict`` runs it as a Lightning predict step (one
-device, many, several nodes) and persists each chunk's result; :func:`run_loop` runs every chunk in
-this process (tests and benchmarks).
+device, many, several nodes) and persists each chunk's result (``eval.predict.run_loop`` is that path
+in one call, for tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import torch
 
 from ralm.scoring import DocumentEncoder, LMScorer, condition_on_documents
 from ralm.selectors import Selector, StrideBatch
-from ralm.settings import Retrieval, Windows
-from ralm.windows import Window, stride_windows
+from ralm.windows import Window
 
 if TYPE_CHECKING:
     from ralm.retrieval import Passage
@@ -193,31 +192,3 @@ def prefix_texts(tokenizer, wins: torch.Tensor, trg: int, selector: Selector) ->
     if not selector.reads_prefix:
         return [""] * wins.size(0)
     return tokenizer.batch_decode(wins[:, : wins.size(1) - trg].tolist())
-
-
-def run_loop(ids: Sequence[int], tokenizer, scorer: LMScorer, selector: Selector,
-             candidates: CandidateFn | None = None, *, stride: int = Windows.stride,
-             max_length: int = Windows.max_length, doc_max_tokens: int = Windows.doc_max_tokens,
-             zero_shot_tokens: int = Windows.zero_shot_tokens, k: int = Retrieval.k, strides_per_chunk: int = 64,
-             progress: bool = True) -> LoopResult:
-    """Score every target token of ``ids`` in this process (``eval.ppl`` runs the same chunks through
-    Lightning). ``candidates`` maps windows to their allowed passages; required unless the selector
-    uses no documents."""
-    from ralm.progress import Progress
-
-    if selector.uses_documents and candidates is None:
-        raise ValueError(f"the {selector.name!r} reranker needs retrieval: pass candidates")
-    ids_t = torch.as_tensor(list(ids), dtype=torch.long)
-    windows = stride_windows(len(ids_t), stride, max_length)
-    docs = DocumentEncoder(tokenizer, doc_max_tokens)
-    results = []
-    with Progress(len(windows), f"ppl [{selector.name}]", "strides", enabled=progress) as bar:
-        for chunk in make_chunks(windows, strides_per_chunk):
-            run = list(chunk.windows)
-            cands = candidates(run) if (selector.uses_documents and chunk.index > 0) else [[] for _ in run]
-            wins = torch.stack([ids_t[w.begin:w.end] for w in run])
-            prefixes = prefix_texts(tokenizer, wins, run[0].trg_len, selector) if chunk.index > 0 else [""]
-            results.append(score_chunk(ids_t, chunk, cands, prefixes, scorer, selector, docs,
-                                       zero_shot_tokens=zero_shot_tokens, k=k))
-            bar.update(len(run))
-    return assemble(ids_t.tolist(), windows, results)

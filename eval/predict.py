@@ -9,6 +9,7 @@
 * :class:`ChunkWriter` writes each chunk's result to ``work/chunks/chunk-NNNNNNN.npz`` atomically, so
   a killed run resumes at the first missing chunk, and N devices or nodes each write the chunks they
   scored (the same pattern as data generation).
+* :func:`run_loop` is the same path in one call on in-memory candidates (tests, benchmarks).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch.utils.data import IterableDataset
 
-from eval.loop import Chunk, ChunkResult, prefix_texts, score_chunk
+from eval.loop import CandidateFn, Chunk, ChunkResult, LoopResult, assemble, make_chunks, prefix_texts, score_chunk
 from ralm.retrieval import Passage
 from ralm.scoring import DocumentEncoder, LMScorer, attach_lm
 from ralm.selectors import Selector
+from ralm.settings import Devices, Retrieval, Scoring, Windows
+from ralm.windows import stride_windows
 
 CHUNK_KEYS = ("stride_index", "stride_nll", "stride_n_tokens", "chosen_rank", "n_candidates", "token_nll")
 
@@ -148,3 +151,53 @@ class ChunkWriter(BasePredictionWriter):
 
 def unbatched(item):
     return item
+
+
+class _ListedCandidates:
+    """A candidate source over in-memory passages: ``candidates(windows)`` -> passages per window."""
+
+    def __init__(self, candidates: CandidateFn):
+        self.candidates = candidates
+
+    def prefetch(self, chunk: Chunk) -> None:
+        pass
+
+    def get(self, chunk: Chunk) -> list[list[Passage]]:
+        return self.candidates(list(chunk.windows))
+
+    def close(self) -> None:
+        pass
+
+
+def run_loop(ids: Sequence[int], tokenizer, lm: torch.nn.Module, selector: Selector,
+             candidates: CandidateFn | None = None, *, batch_size: int = 16,
+             dtype: str = "auto", stride: int = Windows.stride, max_length: int = Windows.max_length,
+             doc_max_tokens: int = Windows.doc_max_tokens, zero_shot_tokens: int = Windows.zero_shot_tokens,
+             k: int = Retrieval.k, strides_per_chunk: int = 64, accelerator: str = "auto",
+             progress: bool = True) -> LoopResult:
+    """Score every target token of ``ids`` the way ``python -m eval.ppl`` does: its chunks, its
+    :class:`StrideChunks` and :class:`EvalModule` in one ``Trainer.predict`` (``ralm.stage``), each chunk
+    written by :class:`ChunkWriter` and read back, then assembled. ``candidates`` maps windows to their
+    allowed passages; required unless the selector uses no documents."""
+    import tempfile
+
+    from ralm.cli import quiet_lightning
+    from ralm.progress import Progress
+    from ralm.stage import predict
+
+    quiet_lightning(False)
+    if selector.uses_documents and candidates is None:
+        raise ValueError(f"the {selector.name!r} reranker needs retrieval: pass candidates")
+    ids_t = torch.as_tensor(list(ids), dtype=torch.long)
+    windows = stride_windows(len(ids_t), stride, max_length)
+    chunks = make_chunks(windows, strides_per_chunk)
+    source = (lambda: _ListedCandidates(candidates)) if candidates is not None else None
+    module = EvalModule(lm, selector, ids_t, tokenizer, doc_max_tokens=doc_max_tokens,
+                        zero_shot_tokens=zero_shot_tokens, k=k, batch_size=batch_size, dtype=dtype)
+    data = torch.utils.data.DataLoader(StrideChunks(ids_t, chunks, tokenizer, selector, source), batch_size=None,
+                                       collate_fn=unbatched)
+    with tempfile.TemporaryDirectory() as tmp, \
+            Progress(len(windows), f"ppl [{selector.name}]", "strides", enabled=progress) as bar:
+        predict(module, data, ChunkWriter(Path(tmp), bar), Devices(accelerator, 1), Scoring(), "eval.run_loop")
+        results = [load_chunk(chunk_path(Path(tmp), c.index)) for c in chunks]
+    return assemble(ids_t.tolist(), windows, results)

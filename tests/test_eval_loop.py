@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from eval.loop import run_loop
+from eval.predict import run_loop
 from ralm.retrieval import Passage
-from ralm.scoring import LMScorer
 from ralm.selectors import BUILTIN, RandomCandidate
 from ralm.windows import stride_windows, window_ending_at
 from tests.reference import strided_nll
@@ -54,8 +53,8 @@ def test_batched_loop_matches_plain_reference(lm, setup, strategy):
     expected = reference_nll(model, tok, ids, cands, strategy)
     selector = RandomCandidate(seed=0) if strategy == "random" else BUILTIN[strategy]()
     for batch_size in (1, 3, 16):
-        res = run_loop(ids, tok, LMScorer(model, batch_size=batch_size, dtype="float32"), selector,
-                       lambda run: [cands[w.index] for w in run], stride=STRIDE, max_length=L,
+        res = run_loop(ids, tok, model, selector, lambda run: [cands[w.index] for w in run],
+                       batch_size=batch_size, dtype="float32", stride=STRIDE, max_length=L,
                        doc_max_tokens=DOC_MAX, zero_shot_tokens=S_PRIME, k=16, strides_per_chunk=5, progress=False)
         assert res.token_nll.size == len(ids) - 1
         np.testing.assert_allclose(res.token_nll, expected.numpy(), rtol=1e-5, atol=1e-5)
@@ -77,9 +76,9 @@ def test_documents_change_the_scores(lm, setup):
     model, tok = lm
     ids, cands = setup
     fn = lambda run: [cands[w.index] for w in run]  # noqa: E731
-    kw = dict(stride=STRIDE, max_length=L, doc_max_tokens=DOC_MAX, progress=False)
-    none = run_loop(ids, tok, LMScorer(model, dtype="float32"), BUILTIN["none"](), fn, **kw)
-    oracle = run_loop(ids, tok, LMScorer(model, dtype="float32"), BUILTIN["oracle"](), fn, **kw)
+    kw = dict(dtype="float32", stride=STRIDE, max_length=L, doc_max_tokens=DOC_MAX, progress=False)
+    none = run_loop(ids, tok, model, BUILTIN["none"](), fn, **kw)
+    oracle = run_loop(ids, tok, model, BUILTIN["oracle"](), fn, **kw)
     assert oracle.nll_sum < none.nll_sum
 
 

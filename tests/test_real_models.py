@@ -43,8 +43,7 @@ def text_and_cands(wiki_text, smollm):
 
 @pytest.mark.parametrize("strategy", ["none", "bm25", "zero-shot", "oracle"])
 def test_smollm2_loop_matches_plain_reference(smollm, text_and_cands, strategy):
-    from eval.loop import run_loop
-    from ralm.scoring import LMScorer
+    from eval.predict import run_loop
     from ralm.selectors import BUILTIN
     from tests.reference import strided_nll
 
@@ -52,8 +51,8 @@ def test_smollm2_loop_matches_plain_reference(smollm, text_and_cands, strategy):
     ids, cands = text_and_cands
     expected = strided_nll(model, tok, ids, cands, strategy, stride=STRIDE, max_length=L, doc_max=DOC_MAX,
                            s_prime=S_PRIME)
-    res = run_loop(ids, tok, LMScorer(model, batch_size=5, dtype="float32"), BUILTIN[strategy](), lambda run: [cands[w.index] for w in run],
-                   stride=STRIDE, max_length=L, doc_max_tokens=DOC_MAX, zero_shot_tokens=S_PRIME, k=3,
+    res = run_loop(ids, tok, model, BUILTIN[strategy](), lambda run: [cands[w.index] for w in run],
+                   batch_size=5, dtype="float32", stride=STRIDE, max_length=L, doc_max_tokens=DOC_MAX, zero_shot_tokens=S_PRIME, k=3,
                    strides_per_chunk=4, progress=False)
     np.testing.assert_allclose(res.token_nll, expected.numpy(), rtol=1e-4, atol=1e-4)
     assert res.token_nll.mean() < 8.0  # a real LM: far below log(49152) = 10.8
