@@ -8,7 +8,11 @@ here, so it runs offline): one uninterrupted run; then ``--kills`` trials, each 
 start the same command, SIGKILL its whole process group (search process included) at a random
 moment of the unbroken run's duration, rerun the command to the end, and compare with the unbroken
 run: the content hash (data_gen), perplexity and every per-token NLL (eval), every exported weight
-(fit).
+(fit). A trial proves resuming only if partial state existed at the kill and the rerun used it, so
+each trial also records what was saved at the kill (finished shards and retrieval files; finished
+chunks; ``last.ckpt``) and whether the rerun kept it rather than redoing it (the same files untouched;
+for fit, the rerun resumed from the checkpoint). The run fails if a trial's saved state was redone or
+no trial had any.
 """
 
 from __future__ import annotations
@@ -42,10 +46,26 @@ def unbroken(args: list[str], log) -> float:
     return time.time() - t
 
 
-def killed(args: list[str], out: Path, duration: float, rng: random.Random, log) -> float:
+def snapshot(files) -> dict[str, tuple[int, int]]:
+    """Identity of each file (inode, mtime): a file rewritten by the rerun no longer matches."""
+    out = {}
+    for f in files:
+        try:
+            st = f.stat()
+        except FileNotFoundError:
+            continue
+        out[str(f)] = (st.st_ino, st.st_mtime_ns)
+    return out
+
+
+def killed(args: list[str], out: Path, duration: float, rng: random.Random, log, saved) -> tuple[float, int, int]:
     """One trial: start the job, SIGKILL its process group at a random moment before it would finish,
     then rerun the same command to the end. A run that finishes before its kill (the machine is faster
-    than during the unbroken run) is deleted and tried again with an earlier moment. Returns the moment."""
+    than during the unbroken run) is deleted and tried again with an earlier moment.
+
+    ``saved(out, rerun_log)`` lists the finished units on disk (called at the kill with ``rerun_log``
+    None, then after the rerun) and returns ``(units, reused)``. Returns (moment, units saved at the
+    kill, units the rerun reused)."""
     import shutil
 
     scale = 1.0
@@ -60,10 +80,37 @@ def killed(args: list[str], out: Path, duration: float, rng: random.Random, log)
             break
         shutil.rmtree(out, ignore_errors=True)
         scale *= 0.7
+    at_kill = saved(out, None)
+    log.flush()
+    mark = Path(log.name).stat().st_size
     p = start(args, log)
     if p.wait() != 0:
         raise SystemExit(f"the rerun after the kill failed: {' '.join(args)} (log: {log.name})")
-    return delay
+    with open(log.name, "rb") as f:
+        f.seek(mark)
+        rerun_log = f.read().decode(errors="replace")
+    return delay, len(at_kill), saved(out, (at_kill, rerun_log))
+
+
+def files_kept(files):
+    """``saved`` for jobs whose finished units are files that a resumed run keeps untouched."""
+    def saved(out: Path, after):
+        now = snapshot(files(out))
+        if after is None:
+            return now
+        at_kill, _ = after
+        return sum(now.get(f) == ident for f, ident in at_kill.items())
+    return saved
+
+
+def fit_resumed(run_dir):
+    def saved(out: Path, after):
+        last = run_dir(out) / "checkpoints" / "last.ckpt"
+        if after is None:
+            return {str(last): 1} if last.is_file() else {}
+        at_kill, rerun_log = after
+        return int(bool(at_kill) and "resuming from" in rerun_log)
+    return saved
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                      hidden_size=32, num_attention_heads=2, seed=0)
     index = str(work / "corpus" / "index")
     small = ["--windows.max_length", "128", "--windows.doc_max_tokens", "48", "--retrieval.k", "8",
-             "--trainer.accelerator", "cpu", "--progress", "false"]
+             "--trainer.accelerator", "cpu", "--progress", "false", "--keep_work", "true"]
     report = []
 
     def build_args(out):
@@ -112,12 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         t = unbroken(build_args(data), log)
     if "data_gen" in a.jobs:
         ref = json.loads((data / "manifest.json").read_text())["content_hash"]
-        same, moments = 0, []
+        same, trials = 0, []
+        dg_units = files_kept(lambda out: [*out.glob("train-*.parquet"), *(out / "work" / "retrieved").glob("*.parquet")])
         for i in range(a.kills):
             out = work / f"dg-trial{i}"
-            moments.append(killed(build_args(out), out, t, rng, log))
+            trials.append(killed(build_args(out), out, t, rng, log, dg_units))
             same += json.loads((out / "manifest.json").read_text())["content_hash"] == ref
-        report.append(("data_gen.build", t, moments, "content hash", same))
+        report.append(("data_gen.build", t, trials, "content hash", same))
 
     if "eval" in a.jobs:
         def eval_args(out):
@@ -127,13 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         t = unbroken(eval_args(work / "ppl-ref"), log)
         r1 = json.loads((work / "ppl-ref" / "results.json").read_text())
         nll1 = np.load(work / "ppl-ref" / "tokens.npz")["nll"]
-        same, moments = 0, []
+        same, trials = 0, []
+        chunk_units = files_kept(lambda out: (out / "work" / "chunks").glob("*.npz"))
         for i in range(a.kills):
             out = work / f"ppl-trial{i}"
-            moments.append(killed(eval_args(out), out, t, rng, log))
+            trials.append(killed(eval_args(out), out, t, rng, log, chunk_units))
             r2 = json.loads((out / "results.json").read_text())
             same += r1["ppl_word"] == r2["ppl_word"] and np.array_equal(nll1, np.load(out / "tokens.npz")["nll"])
-        report.append(("eval.ppl", t, moments, "perplexity and every per-token NLL", same))
+        report.append(("eval.ppl", t, trials, "perplexity and every per-token NLL", same))
 
     if "fit" in a.jobs:
         def fit_args(version):
@@ -150,19 +199,25 @@ def main(argv: list[str] | None = None) -> int:
 
         t = unbroken(fit_args("ref"), log)
         w1 = load_file(work / "fit" / "reranker" / "ref" / "reranker" / "model.safetensors")
-        same, moments = 0, []
+        same, trials = 0, []
         for i in range(a.kills):
-            moments.append(killed(fit_args(f"trial{i}"), work / "fit" / "reranker" / f"trial{i}", t, rng, log))
+            out = work / "fit" / "reranker" / f"trial{i}"
+            trials.append(killed(fit_args(f"trial{i}"), out, t, rng, log, fit_resumed(lambda out: out)))
             w2 = load_file(work / "fit" / "reranker" / f"trial{i}" / "reranker" / "model.safetensors")
             same += w1.keys() == w2.keys() and all(torch.equal(w1[k], w2[k]) for k in w1)
-        report.append(("reranking.fit", t, moments, "every exported weight", same))
+        report.append(("reranking.fit", t, trials, "every exported weight", same))
 
-    print("\n| job | unbroken run | killed at (s) | compared | identical to the unbroken run |")
-    print("|---|---|---|---|---|")
-    for job, t, moments, what, same in report:
-        print(f"| {job} | {t:.0f} s | {', '.join(f'{m:.0f}' for m in sorted(moments))} | {what} | "
-              f"{same} of {len(moments)} |")
-    return 0 if all(r[-1] == len(r[2]) for r in report) else 1
+    print("\n| job | unbroken run | killed at (s) | saved at the kill (units per trial) | trials with saved state, "
+          "all of it reused | compared | identical to the unbroken run |")
+    print("|---|---|---|---|---|---|---|")
+    ok = True
+    for job, t, trials, what, same in report:
+        with_state = [tr for tr in trials if tr[1] > 0]
+        reused = sum(tr[2] == tr[1] for tr in with_state)
+        ok &= same == len(trials) and reused == len(with_state) > 0
+        print(f"| {job} | {t:.0f} s | {', '.join(f'{m:.0f}' for m, _, _ in trials)} | {', '.join(str(u) for _, u, _ in trials)} "
+              f"| {len(with_state)} of {len(trials)}, {reused} | {what} | {same} of {len(trials)} |")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
