@@ -217,114 +217,167 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
     from ralm.outputs import claim
 
     with claim(out, "--output_dir"):  # a second evaluation on the same directory is refused at once
-        from ralm.models import check_causal_lm, load_config, load_tokenizer
-        from ralm.scoring import context_length
-        from ralm.text import word_count
-        from ralm.windows import stride_windows
+        return _evaluate(_Job(model, reranker, ranker, seed, windows, scoring, trainer, retrieval, retrieval_file,
+                              uses_docs, verbose, progress), text, out, cache_dir, save_retrieval_file, chunk_strides,
+                         keep_work, t0)
 
-        try:
-            body = text.load()
-        except (FileNotFoundError, ValueError) as e:
-            raise InputError(f"--text: {e}") from None
-        tokenizer, config = load_tokenizer(model), load_config(model)
-        check_causal_lm(model, config, tokenizer)
 
-        max_length = windows.fitted(context_length(config))
-        if uses_docs:
-            retrieval.check_windows(windows, max_length)
-        ids = tokenizer(body, add_special_tokens=False)["input_ids"]
-        if len(ids) < 2:
-            raise InputError(f"--text ({text.describe()}) has {len(ids)} token(s); perplexity needs at least 2")
-        wins = stride_windows(len(ids), windows.stride, max_length)
-        if uses_docs and len(wins) < 2:
-            raise InputError(f"--text ({text.describe()}) has {len(ids)} tokens, which fit in one {max_length}-token window: "
-                             f"no stride would retrieve, so --reranker {reranker} would measure no retrieval at all. Use a "
-                             "longer text or a smaller --windows.max_length")
+@dataclass(frozen=True)
+class _Job:
+    """The settings one evaluation runs with (``scoring.dtype`` resolved once the text is read)."""
 
-        from ralm.precision import for_run
+    model: str
+    reranker: str
+    ranker: Ranker
+    seed: int
+    windows: Windows
+    scoring: Scoring
+    trainer: Devices
+    retrieval: Retrieval
+    retrieval_file: str | None
+    uses_docs: bool
+    verbose: bool
+    progress: bool
 
-        setting = scoring.dtype
-        precision = for_run(setting, trainer.accelerator)  # recorded resolved: it changes the numbers
-        scoring = replace(scoring, dtype=precision.dtype)
-        identity = {
-            "model": model_identity(model), "reranker": reranker_identity(reranker),
-            "text": {"source": text.describe(), "sha256": hashlib.sha256(body.encode()).hexdigest()},
-            "windows": {**asdict(windows), "max_length_used": max_length}, "chunk_strides": chunk_strides,
-            "dtype": scoring.dtype, "seed": seed,
-            "ranker": asdict(ranker) if reranker in ("cosine", "zero-shot") else None,
-            "retrieval": _retrieval_identity(retrieval, retrieval_file) if uses_docs else None,
-        }
-        done = _start_state(out, identity)
-        if done is not None:
-            print(f"[eval.ppl] {out} already holds this evaluation (complete); nothing to do", file=sys.stderr)
-            return done
-        from ralm.files import atomic_write
 
-        work = out / "work"
-        work.mkdir(parents=True, exist_ok=True)
-        atomic_write(work / "run.json", lambda t: Path(t).write_text(json.dumps(identity, indent=1, sort_keys=True)))
+@dataclass(frozen=True)
+class _Tokens:
+    """The evaluation text as the LM reads it: its tokens and their strided windows."""
 
-        import torch
+    body: str
+    tokenizer: object
+    ids: list
+    wins: list
+    max_length: int
 
-        from eval.loop import assemble, make_chunks
-        from eval.predict import chunk_path, load_chunk
 
-        ids_t = torch.as_tensor(ids, dtype=torch.long)
-        chunks = make_chunks(wins, chunk_strides)
-        finished = {c.index: r for c in chunks if (r := load_chunk(chunk_path(work / "chunks", c.index))) is not None}
-        pending = [c for c in chunks if c.index not in finished]
-        forbidden = set()
-        if uses_docs and not retrieval_file and retrieval.forbid_eval_titles:
-            from ralm.corpus import forbidden_titles
+def _tokenize(job: _Job, text: Text) -> _Tokens:
+    """Load the text and the LM's tokenizer, fit the window to the LM, cut the strides; refuse a text too
+    short to measure retrieval."""
+    from ralm.models import check_causal_lm, load_config, load_tokenizer
+    from ralm.scoring import context_length
+    from ralm.windows import stride_windows
 
-            forbidden = forbidden_titles(body)
-        cache = Path(cache_dir) if cache_dir else out.parent / "retrieval_cache"
-        source_meta: dict = {}
+    try:
+        body = text.load()
+    except (FileNotFoundError, ValueError) as e:
+        raise InputError(f"--text: {e}") from None
+    tokenizer, config = load_tokenizer(job.model), load_config(job.model)
+    check_causal_lm(job.model, config, tokenizer)
+    max_length = job.windows.fitted(context_length(config))
+    if job.uses_docs:
+        job.retrieval.check_windows(job.windows, max_length)
+    ids = tokenizer(body, add_special_tokens=False)["input_ids"]
+    if len(ids) < 2:
+        raise InputError(f"--text ({text.describe()}) has {len(ids)} token(s); perplexity needs at least 2")
+    wins = stride_windows(len(ids), job.windows.stride, max_length)
+    if job.uses_docs and len(wins) < 2:
+        raise InputError(f"--text ({text.describe()}) has {len(ids)} tokens, which fit in one {max_length}-token window: "
+                         f"no stride would retrieve, so --reranker {job.reranker} would measure no retrieval at all. Use "
+                         "a longer text or a smaller --windows.max_length")
+    return _Tokens(body, tokenizer, ids, wins, max_length)
 
-        def make_candidates():
-            from eval.candidates import FileCandidates, IndexCandidates
 
-            if retrieval_file:
-                src = FileCandidates(retrieval_file, wins, f"stride {windows.stride}, window {max_length}")
-            else:
-                src = IndexCandidates(retrieval, ids, tokenizer, forbidden, cache, verbose=verbose)
-            source_meta.update(src.meta)
-            return src
+def _evaluate(job: _Job, text: Text, out: Path, cache_dir, save_retrieval_file, chunk_strides: int, keep_work: bool,
+              t0: float) -> dict:
+    """Score the chunks not finished yet (resuming), then assemble and write the outputs (global rank 0)."""
+    import torch
 
-        rank0, predict_seconds = True, None
-        if pending:
-            rank0, predict_seconds = _predict(model, reranker, ranker, seed, windows, max_length, scoring, trainer, ids_t, tokenizer,
-                             pending, make_candidates if uses_docs else None, work, len(wins),
-                             sum(len(c.windows) for c in chunks if c.index in finished), progress, retrieval.k, verbose)
-        if not rank0:
-            return {}
-        if pending:
-            print(f"[eval.ppl] scored with LM compute dtype {precision.describe(setting)}", file=sys.stderr)
-        results = [finished.get(c.index) or load_chunk(chunk_path(work / "chunks", c.index)) for c in chunks]
-        if any(r is None for r in results):
-            raise InputError(f"{sum(r is None for r in results)} chunk(s) have no result after scoring; rerun the same "
-                             "command to finish them")
-        res = assemble(ids, wins, results)
-        if uses_docs and not source_meta:
-            make_candidates().close()  # every chunk was finished earlier: record where candidates came from
-        if save_retrieval_file and uses_docs:
-            _save_retrieval(save_retrieval_file, chunks, wins, ids, tokenizer, make_candidates)
-        # Cost: seconds of scoring (retrieval, reranking and LM forwards; not start-up or loading) per 1,000
-        # strides, when this process scored every stride (a resumed run's earlier part was not timed).
-        cost = round(1000 * predict_seconds / len(wins), 2) if predict_seconds and len(pending) == len(chunks) else None
-        meta = {"model": model, "max_length_used": max_length, "seconds": round(time.time() - t0, 2),
-                "seconds_per_1000_strides": cost, "precision": precision.describe(setting),
-                "retrieval": source_meta, "settings": {"windows": as_dict(windows), "retrieval": as_dict(retrieval),
-                                                      "scoring": as_dict(scoring), "ranker": as_dict(ranker)}}
-        from eval.outputs import write_outputs
+    from eval.loop import assemble, make_chunks
+    from eval.predict import chunk_path, load_chunk
+    from ralm.files import atomic_write
+    from ralm.precision import for_run
 
-        results_dict = write_outputs(out, res, reranker=reranker, n_words=word_count(body), identity=identity, meta=meta,
-                                     article=stride_articles(tokenizer, body, wins, res.stride_index))
-        if not keep_work:
-            import shutil
+    tokens = _tokenize(job, text)
+    setting = job.scoring.dtype
+    precision = for_run(setting, job.trainer.accelerator)  # recorded resolved: it changes the numbers
+    job = replace(job, scoring=replace(job.scoring, dtype=precision.dtype))
+    identity = _identity(job, text, tokens, chunk_strides)
+    done = _start_state(out, identity)
+    if done is not None:
+        print(f"[eval.ppl] {out} already holds this evaluation (complete); nothing to do", file=sys.stderr)
+        return done
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    atomic_write(work / "run.json", lambda t: Path(t).write_text(json.dumps(identity, indent=1, sort_keys=True)))
 
-            shutil.rmtree(work, ignore_errors=True)
-        return results_dict
+    chunks = make_chunks(tokens.wins, chunk_strides)
+    finished = {c.index: r for c in chunks if (r := load_chunk(chunk_path(work / "chunks", c.index))) is not None}
+    pending = [c for c in chunks if c.index not in finished]
+    source_meta: dict = {}
+    make_candidates = _candidate_source(job, tokens, Path(cache_dir) if cache_dir else out.parent / "retrieval_cache",
+                                        source_meta)
+    rank0, predict_seconds = True, None
+    if pending:
+        n_done = sum(len(c.windows) for c in chunks if c.index in finished)
+        rank0, predict_seconds = _predict(job, tokens, torch.as_tensor(tokens.ids, dtype=torch.long), pending,
+                                          make_candidates if job.uses_docs else None, work, n_done)
+    if not rank0:
+        return {}
+    if pending:
+        print(f"[eval.ppl] scored with LM compute dtype {precision.describe(setting)}", file=sys.stderr)
+    results = [finished.get(c.index) or load_chunk(chunk_path(work / "chunks", c.index)) for c in chunks]
+    if any(r is None for r in results):
+        raise InputError(f"{sum(r is None for r in results)} chunk(s) have no result after scoring; rerun the same "
+                         "command to finish them")
+    res = assemble(tokens.ids, tokens.wins, results)
+    if job.uses_docs and not source_meta:
+        make_candidates().close()  # every chunk was finished earlier: record where candidates came from
+    if save_retrieval_file and job.uses_docs:
+        _save_retrieval(save_retrieval_file, chunks, tokens.wins, tokens.ids, tokens.tokenizer, make_candidates)
+    # Cost: seconds of scoring (retrieval, reranking and LM forwards; not start-up or loading) per 1,000
+    # strides, when this process scored every stride (a resumed run's earlier part was not timed).
+    n = len(tokens.wins)
+    cost = round(1000 * predict_seconds / n, 2) if predict_seconds and len(pending) == len(chunks) else None
+    meta = {"model": job.model, "max_length_used": tokens.max_length, "seconds": round(time.time() - t0, 2),
+            "seconds_per_1000_strides": cost, "precision": precision.describe(setting),
+            "retrieval": source_meta, "settings": {"windows": as_dict(job.windows), "retrieval": as_dict(job.retrieval),
+                                                  "scoring": as_dict(job.scoring), "ranker": as_dict(job.ranker)}}
+    from eval.outputs import write_outputs
+    from ralm.text import word_count
+
+    results_dict = write_outputs(out, res, reranker=job.reranker, n_words=word_count(tokens.body), identity=identity,
+                                 meta=meta, article=stride_articles(tokens.tokenizer, tokens.body, tokens.wins,
+                                                                    res.stride_index))
+    if not keep_work:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    return results_dict
+
+
+def _identity(job: _Job, text: Text, tokens: _Tokens, chunk_strides: int) -> dict:
+    """What the results depend on: a rerun with the same identity resumes, another one is refused."""
+    return {
+        "model": model_identity(job.model), "reranker": reranker_identity(job.reranker),
+        "text": {"source": text.describe(), "sha256": hashlib.sha256(tokens.body.encode()).hexdigest()},
+        "windows": {**asdict(job.windows), "max_length_used": tokens.max_length}, "chunk_strides": chunk_strides,
+        "dtype": job.scoring.dtype, "seed": job.seed,
+        "ranker": asdict(job.ranker) if job.reranker in ("cosine", "zero-shot") else None,
+        "retrieval": _retrieval_identity(job.retrieval, job.retrieval_file) if job.uses_docs else None,
+    }
+
+
+def _candidate_source(job: _Job, tokens: _Tokens, cache: Path, source_meta: dict):
+    """A factory of the candidate source (a retrieval file, or the index with the evaluation's own titles
+    forbidden); each source records where its candidates came from in ``source_meta``."""
+    forbidden = set()
+    if job.uses_docs and not job.retrieval_file and job.retrieval.forbid_eval_titles:
+        from ralm.corpus import forbidden_titles
+
+        forbidden = forbidden_titles(tokens.body)
+
+    def make_candidates():
+        from eval.candidates import FileCandidates, IndexCandidates
+
+        if job.retrieval_file:
+            src = FileCandidates(job.retrieval_file, tokens.wins, f"stride {job.windows.stride}, window {tokens.max_length}")
+        else:
+            src = IndexCandidates(job.retrieval, tokens.ids, tokens.tokenizer, forbidden, cache, verbose=job.verbose)
+        source_meta.update(src.meta)
+        return src
+
+    return make_candidates
 
 
 def _retrieval_identity(retrieval: Retrieval, retrieval_file: str | None) -> dict:
@@ -340,9 +393,8 @@ def _retrieval_identity(retrieval: Retrieval, retrieval_file: str | None) -> dic
     return {**asdict(retrieval), "index": index_identity(retrieval.index)}
 
 
-def _predict(model, reranker, ranker, seed, windows, max_length, scoring, trainer, ids_t, tokenizer, pending,
-             make_candidates, work, n_strides, n_done, progress, k, verbose) -> bool:
-    """Score the pending chunks with Lightning; returns True in the process that writes the outputs."""
+def _predict(job: _Job, tokens: _Tokens, ids_t, pending, make_candidates, work: Path, n_done: int):
+    """Score the pending chunks with Lightning; returns (True in the process that writes the outputs, seconds)."""
     from torch.utils.data import DataLoader
 
     from eval.predict import ChunkWriter, EvalModule, StrideChunks, unbatched
@@ -350,17 +402,18 @@ def _predict(model, reranker, ranker, seed, windows, max_length, scoring, traine
     from ralm.progress import Progress
     from ralm.stage import open_lm, predict
 
-    quiet_lightning(verbose)
-    lm = open_lm(model, scoring, work)
-    selector = make_selector(reranker, ranker, model, seed, windows=windows, max_length=max_length, scoring=scoring)
-    module = EvalModule(lm, selector, ids_t, tokenizer, doc_max_tokens=windows.doc_max_tokens,
-                        zero_shot_tokens=windows.zero_shot_tokens, k=k,
-                        batch_size=scoring.batch_size, dtype=scoring.dtype)
-    data = DataLoader(StrideChunks(ids_t, pending, tokenizer, selector, make_candidates), batch_size=None,
+    quiet_lightning(job.verbose)
+    lm = open_lm(job.model, job.scoring, work)
+    selector = make_selector(job.reranker, job.ranker, job.model, job.seed, windows=job.windows,
+                             max_length=tokens.max_length, scoring=job.scoring)
+    module = EvalModule(lm, selector, ids_t, tokens.tokenizer, doc_max_tokens=job.windows.doc_max_tokens,
+                        zero_shot_tokens=job.windows.zero_shot_tokens, k=job.retrieval.k,
+                        batch_size=job.scoring.batch_size, dtype=job.scoring.dtype)
+    data = DataLoader(StrideChunks(ids_t, pending, tokens.tokenizer, selector, make_candidates), batch_size=None,
                       collate_fn=unbatched)
-    bar = Progress(n_strides, f"ppl [{reranker if len(reranker) < 20 else 'predictive'}]", "strides",
-                   enabled=progress, initial=n_done)
-    rank0, seconds, _ = predict(module, data, ChunkWriter(work / "chunks", bar), trainer, scoring, "eval.ppl")
+    name = job.reranker if len(job.reranker) < 20 else "predictive"
+    bar = Progress(len(tokens.wins), f"ppl [{name}]", "strides", enabled=job.progress, initial=n_done)
+    rank0, seconds, _ = predict(module, data, ChunkWriter(work / "chunks", bar), job.trainer, job.scoring, "eval.ppl")
     bar.close()
     return rank0, seconds
 
