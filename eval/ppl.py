@@ -37,6 +37,7 @@ from ralm.settings import (
     Windows,
     as_dict,
 )
+from ralm.stage import Tokens
 
 BUILTIN_RERANKERS = ("none", "bm25", "first", "random", "zero-shot", "oracle", "cosine")
 
@@ -240,42 +241,18 @@ class _Job:
     progress: bool
 
 
-@dataclass(frozen=True)
-class _Tokens:
-    """The evaluation text as the LM reads it: its tokens and their strided windows."""
+def _tokenize(job: _Job, text: Text) -> Tokens:
+    """The text as the LM reads it; refuses a text too short to measure retrieval."""
+    from ralm.stage import tokenize_text
 
-    body: str
-    tokenizer: object
-    ids: list
-    wins: list
-    max_length: int
-
-
-def _tokenize(job: _Job, text: Text) -> _Tokens:
-    """Load the text and the LM's tokenizer, fit the window to the LM, cut the strides; refuse a text too
-    short to measure retrieval."""
-    from ralm.models import check_causal_lm, load_config, load_tokenizer
-    from ralm.scoring import context_length
-    from ralm.windows import stride_windows
-
-    try:
-        body = text.load()
-    except (FileNotFoundError, ValueError) as e:
-        raise InputError(f"--text: {e}") from None
-    tokenizer, config = load_tokenizer(job.model), load_config(job.model)
-    check_causal_lm(job.model, config, tokenizer)
-    max_length = job.windows.fitted(context_length(config))
+    tokens = tokenize_text(job.model, text, job.windows)
     if job.uses_docs:
-        job.retrieval.check_windows(job.windows, max_length)
-    ids = tokenizer(body, add_special_tokens=False)["input_ids"]
-    if len(ids) < 2:
-        raise InputError(f"--text ({text.describe()}) has {len(ids)} token(s); perplexity needs at least 2")
-    wins = stride_windows(len(ids), job.windows.stride, max_length)
-    if job.uses_docs and len(wins) < 2:
-        raise InputError(f"--text ({text.describe()}) has {len(ids)} tokens, which fit in one {max_length}-token window: "
-                         f"no stride would retrieve, so --reranker {job.reranker} would measure no retrieval at all. Use "
-                         "a longer text or a smaller --windows.max_length")
-    return _Tokens(body, tokenizer, ids, wins, max_length)
+        job.retrieval.check_windows(job.windows, tokens.max_length)
+        if len(tokens.wins) < 2:
+            raise InputError(f"--text ({text.describe()}) has {len(tokens.ids)} tokens, which fit in one "
+                             f"{tokens.max_length}-token window: no stride would retrieve, so --reranker {job.reranker} "
+                             "would measure no retrieval at all. Use a longer text or a smaller --windows.max_length")
+    return tokens
 
 
 def _evaluate(job: _Job, text: Text, out: Path, cache_dir, save_retrieval_file, chunk_strides: int, keep_work: bool,
@@ -346,7 +323,7 @@ def _evaluate(job: _Job, text: Text, out: Path, cache_dir, save_retrieval_file, 
     return results_dict
 
 
-def _identity(job: _Job, text: Text, tokens: _Tokens, chunk_strides: int) -> dict:
+def _identity(job: _Job, text: Text, tokens: Tokens, chunk_strides: int) -> dict:
     """What the results depend on: a rerun with the same identity resumes, another one is refused."""
     return {
         "model": model_identity(job.model), "reranker": reranker_identity(job.reranker),
@@ -358,7 +335,7 @@ def _identity(job: _Job, text: Text, tokens: _Tokens, chunk_strides: int) -> dic
     }
 
 
-def _candidate_source(job: _Job, tokens: _Tokens, cache: Path, source_meta: dict):
+def _candidate_source(job: _Job, tokens: Tokens, cache: Path, source_meta: dict):
     """A factory of the candidate source (a retrieval file, or the index with the evaluation's own titles
     forbidden); each source records where its candidates came from in ``source_meta``."""
     forbidden = set()
@@ -393,7 +370,7 @@ def _retrieval_identity(retrieval: Retrieval, retrieval_file: str | None) -> dic
     return {**asdict(retrieval), "index": index_identity(retrieval.index)}
 
 
-def _predict(job: _Job, tokens: _Tokens, ids_t, pending, make_candidates, work: Path, n_done: int):
+def _predict(job: _Job, tokens: Tokens, ids_t, pending, make_candidates, work: Path, n_done: int):
     """Score the pending chunks with Lightning; returns (True in the process that writes the outputs, seconds)."""
     from torch.utils.data import DataLoader
 

@@ -33,25 +33,15 @@ def retrieve(output: str, model: str = "gpt2", text: Text = WIKITEXT103_TEST, re
     from eval.candidates import IndexCandidates, reference_entries_for
     from eval.loop import make_chunks
     from ralm.corpus import forbidden_titles
-    from ralm.models import load_config, load_tokenizer
     from ralm.progress import Progress
     from ralm.retrieval import write_reference_json
-    from ralm.scoring import context_length
-    from ralm.windows import stride_windows
+    from ralm.stage import tokenize_text
 
     if not retrieval.index:
         raise InputError("--retrieval.index is required")
-    try:
-        body = text.load()
-    except (FileNotFoundError, ValueError) as e:
-        raise InputError(f"--text: {e}") from None
-    tok, config = load_tokenizer(model), load_config(model)
-    length = windows.fitted(context_length(config), documents=False)  # retrieval places no document
-    retrieval.check_windows(windows, length)
-    ids = tok(body, add_special_tokens=False)["input_ids"]
-    if len(ids) < 2:
-        raise InputError(f"--text ({text.describe()}) has {len(ids)} token(s)")
-    wins = stride_windows(len(ids), windows.stride, length)
+    tokens = tokenize_text(model, text, windows, documents=False)  # retrieval places no document
+    retrieval.check_windows(windows, tokens.max_length)
+    body, tok, ids, wins = tokens.body, tokens.tokenizer, tokens.ids, tokens.wins
     forbidden = forbidden_titles(body) if retrieval.forbid_eval_titles else set()
     with tempfile.TemporaryDirectory() as tmp:
         src = IndexCandidates(retrieval, ids, tok, forbidden, cache_dir or tmp, verbose=verbose)

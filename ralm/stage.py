@@ -1,6 +1,7 @@
 """The frozen-LM prediction stage that ``eval.ppl`` and ``data_gen.build`` share.
 
-Both open the LM the same way (one device, or spread by ``--scoring.device_map``), run one Lightning
+Evaluation and retrieval read their text the same way (:func:`tokenize_text`). Both scoring stages
+open the LM the same way (one device, or spread by ``--scoring.device_map``), run one Lightning
 ``Trainer.predict`` whose writer puts every batch's result on disk as it comes, and wait at a barrier
 so that rank 0 finds every rank's files. Keeping the Trainer's flags here keeps the two stages from
 drifting apart (they did: two copies of the same eleven lines).
@@ -9,9 +10,42 @@ drifting apart (they did: two copies of the same eleven lines).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from ralm.settings import Devices, Scoring
+from ralm.settings import Devices, InputError, Scoring, Text, Windows
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A text as the LM reads it: its tokens and their strided windows (``ralm.windows``)."""
+
+    body: str
+    tokenizer: object
+    ids: list
+    wins: list
+    max_length: int
+
+
+def tokenize_text(model: str, text: Text, windows: Windows, *, documents: bool = True) -> Tokens:
+    """Load the text and the LM's tokenizer, fit the window to the LM's context (leaving room for a
+    document when ``documents``), cut the strides. Refuses a model that is not a causal LM and a text
+    of fewer than 2 tokens, naming the flag."""
+    from ralm.models import check_causal_lm, load_config, load_tokenizer
+    from ralm.scoring import context_length
+    from ralm.windows import stride_windows
+
+    try:
+        body = text.load()
+    except (FileNotFoundError, ValueError) as e:
+        raise InputError(f"--text: {e}") from None
+    tokenizer, config = load_tokenizer(model), load_config(model)
+    check_causal_lm(model, config, tokenizer)
+    max_length = windows.fitted(context_length(config), documents=documents)
+    ids = tokenizer(body, add_special_tokens=False)["input_ids"]
+    if len(ids) < 2:
+        raise InputError(f"--text ({text.describe()}) has {len(ids)} token(s); perplexity needs at least 2")
+    return Tokens(body, tokenizer, ids, stride_windows(len(ids), windows.stride, max_length), max_length)
 
 
 def open_lm(model: str, scoring: Scoring, work: Path):
