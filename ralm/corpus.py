@@ -11,7 +11,12 @@ it works whether or not a JVM (with whatever heap) is already running here, Anse
 may call ``System.exit`` (which would kill Python), a failure shows up as an exit status, Ctrl-C
 stops it cleanly, and subprocess (fork + immediate exec) is safe even after our JVM started.
 
-CLI: ``python -m ralm.corpus --text.file corpus.txt --out DIR`` (``--help`` lists every setting).
+A corpus already cut into passages, as Pyserini ``JsonCollection`` JSONL (``{"id", "contents"}`` or
+``{"id", "title", "text"}`` per line, the layout of Pyserini's and BEIR's corpora), is indexed as it
+is with ``--jsonl``: ids kept, no re-chunking. Plain text with no headings is one untitled article.
+
+CLI: ``python -m ralm.corpus --text.file corpus.txt --out DIR`` (``--help`` lists every setting), or
+``python -m ralm.corpus --jsonl passages.jsonl --out DIR``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ __all__ = [
     "load_hf_lines",
     "read_lines",
     "write_passages",
+    "read_jsonl_passages",
+    "write_jsonl_passages",
     "build_index",
     "main",
 ]
@@ -168,6 +175,57 @@ def write_passages(
     return n
 
 
+def read_jsonl_passages(path: str | Path) -> Iterator[tuple[str, str]]:
+    """``(id, contents)`` of every passage of a JSONL file, or of every ``*.jsonl`` file in a folder (in
+    name order). A line holds ``{"id", "contents"}`` (Pyserini's JsonCollection) or ``{"id", "title",
+    "text"}`` (BEIR, DPR), whose contents become ``title + "\n" + text`` as in the passages this module
+    writes: retrieval reads a title back from the first line of a passage that has more than one.
+    A bad line raises :class:`InputError` naming its file and line."""
+    path = Path(path)
+    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    if not files or not all(f.is_file() for f in files):
+        raise InputError(f"--jsonl {str(path)!r}: no such .jsonl file (or folder of them)")
+    for f in files:
+        with open(f, encoding="utf-8") as lines:
+            for i, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{f}:{i} is not JSON ({e.msg})") from None
+                if not isinstance(row, dict) or "id" not in row or not ("contents" in row or "text" in row):
+                    raise InputError(f"{f}:{i} needs an \"id\" and either \"contents\" or \"title\" and \"text\" "
+                                     f"(Pyserini JsonCollection or BEIR layout); it has {sorted(row) if isinstance(row, dict) else type(row).__name__}")
+                if "contents" in row:
+                    contents = str(row["contents"])
+                else:
+                    title = str(row.get("title") or "").strip()
+                    contents = f"{title}\n{row['text']}" if title else str(row["text"])
+                yield str(row["id"]), contents
+
+
+def write_jsonl_passages(passages: Iterable[tuple[str, str]], out_dir: str | Path, shards: int = 1,
+                         max_passages: int | None = None) -> int:
+    """Write ``(id, contents)`` pairs as JsonCollection JSONL, ``shards`` files round-robin; returns the count."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("passages-*.jsonl"):
+        old.unlink()
+    files = [open(out_dir / f"passages-{i:04d}.jsonl", "w", encoding="utf-8") for i in range(max(1, shards))]
+    n = 0
+    try:
+        for docid, contents in passages:
+            if max_passages is not None and n >= max_passages:
+                break
+            files[n % len(files)].write(json.dumps({"id": docid, "contents": contents}, ensure_ascii=False) + "\n")
+            n += 1
+    finally:
+        for f in files:
+            f.close()
+    return n
+
+
 def build_index(
     jsonl_dir: str | Path,
     index_dir: str | Path,
@@ -233,16 +291,19 @@ def read_lines(path: str | Path) -> Iterator[str]:
         yield from f
 
 
-def corpus(out: str, text: Text = WIKITEXT103_TRAIN, words: int = 100, threads: int | None = None,
-           max_passages: int | None = None, max_heap: str | None = None, optimize: bool = False,
-           jsonl_only: bool = False, verbose: bool = False) -> str:
+def corpus(out: str, text: Text = WIKITEXT103_TRAIN, jsonl: str | None = None, words: int = 100,
+           threads: int | None = None, max_passages: int | None = None, max_heap: str | None = None,
+           optimize: bool = False, jsonl_only: bool = False, verbose: bool = False) -> str:
     """Chunk a WikiText-shaped text into titled, non-overlapping passages and build a Lucene BM25 index.
 
     Writes OUT/jsonl (Pyserini JsonCollection) and OUT/index (pass it as --retrieval.index).
 
     Args:
         out: Output folder (gets jsonl/ and index/).
-        text: The text to index: raw WikiText layout (`` = Title = `` headings); WikiText-103 train by default.
+        text: The text to index: raw WikiText layout (`` = Title = `` headings; plain text without them is
+            one untitled article); WikiText-103 train by default.
+        jsonl: Instead of a text, passages already cut: a JSONL file (or a folder of *.jsonl) with
+            {"id", "contents"} or {"id", "title", "text"} per line; indexed as they are (ids kept, --words unused).
         words: Words per passage.
         threads: Indexing threads (JSONL shards = threads; default: all cores).
         max_passages: Stop after this many passages (for demos).
@@ -254,17 +315,23 @@ def corpus(out: str, text: Text = WIKITEXT103_TRAIN, words: int = 100, threads: 
     if words < 1:
         raise InputError(f"--words must be >= 1 (got {words})")
     threads = threads or os.cpu_count() or 1
-    if text.file and not Path(text.file).is_file():
-        raise InputError(f"--text.file {text.file!r} is not a readable file")
-    lines = read_lines(text.file) if text.file else load_hf_lines(text.dataset, text.name, text.split)
-    t0 = time.perf_counter()
     jsonl_dir = Path(out) / "jsonl"
+    if jsonl is not None and Path(jsonl).resolve() == jsonl_dir.resolve():
+        raise InputError(f"--jsonl {jsonl!r} is OUT/jsonl, which this command rewrites; pass another --out")
+    if jsonl is None and text.file and not Path(text.file).is_file():
+        raise InputError(f"--text.file {text.file!r} is not a readable file")
+    source = f"--jsonl {jsonl}" if jsonl is not None else f"--text ({text.describe()})"
+    t0 = time.perf_counter()
     try:
-        n = write_passages(iter_articles(lines), jsonl_dir, shards=threads, words=words, max_passages=max_passages)
+        if jsonl is not None:  # passages as the user cut them
+            n = write_jsonl_passages(read_jsonl_passages(jsonl), jsonl_dir, shards=threads, max_passages=max_passages)
+        else:
+            lines = read_lines(text.file) if text.file else load_hf_lines(text.dataset, text.name, text.split)
+            n = write_passages(iter_articles(lines), jsonl_dir, shards=threads, words=words, max_passages=max_passages)
     except OSError as e:
         raise InputError(f"--out {out!r}: cannot write the passages ({e.strerror or e})") from None
     if n == 0:
-        raise InputError(f"--text ({text.describe()}) holds no words: nothing to index")
+        raise InputError(f"{source} holds no passages: nothing to index")
     t1 = time.perf_counter()
     msg = f"wrote {n:,} passages to {jsonl_dir} in {t1 - t0:.1f}s"
     if jsonl_only:

@@ -67,3 +67,11 @@ def test_passages_are_titled_100_words(tmp_path, wiki_text):
 def test_cli_help():
     out = subprocess.run([sys.executable, "-m", "ralm.corpus", "--help"], capture_output=True, text=True, check=True)
     assert "--text.file" in out.stdout and "--threads" in out.stdout
+
+
+def test_plain_text_without_headings_is_one_untitled_article(tmp_path):
+    text = "The first paragraph of a plain file.\n\nIts second paragraph,\nwrapped.\n"
+    assert list(iter_articles(text)) == [("", "The first paragraph of a plain file. Its second paragraph, wrapped.")]
+    assert write_passages(iter_articles(text), tmp_path, words=4) == 3
+    rows = [json.loads(line) for line in open(tmp_path / "passages-0000.jsonl", encoding="utf-8")]
+    assert [r["contents"] for r in rows] == ["The first paragraph of", "a plain file. Its", "second paragraph, wrapped."]

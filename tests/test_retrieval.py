@@ -181,3 +181,31 @@ def test_search_process_pipelines_and_survives_a_kill(retriever, bm25_corpus, qu
             same(f.result(timeout=60))
         os.kill(sp._proc.pid, signal.SIGKILL)
         same(sp.submit(queries, 5, exclude_titles=excl).result(timeout=120))
+
+
+def test_a_jsonl_corpus_is_indexed_as_it_is_and_searched(tmp_path):
+    """Passages a user already has (Pyserini JsonCollection and BEIR/DPR layouts, in one folder) are indexed
+    with their own ids, no re-chunking, and come back with their titles and texts; a bad line is named."""
+    from ralm.corpus import main
+
+    src = tmp_path / "mine"
+    src.mkdir()
+    (src / "a.jsonl").write_text(
+        json.dumps({"id": "doc-A", "contents": "Zanzibar Spices\nCloves and nutmeg grow on the island of Zanzibar."})
+        + "\n\n" + json.dumps({"id": 7, "contents": "A note without a title about glaciers and moraines."}) + "\n")
+    (src / "b.jsonl").write_text(
+        json.dumps({"id": "doc-B", "title": "Basalt", "text": "Basalt columns form when lava cools slowly. " * 30})
+        + "\n" + json.dumps({"id": "doc-C", "title": "", "text": "Herons wade in shallow estuaries."}) + "\n")
+    assert main(["--jsonl", str(src), "--out", str(tmp_path / "c"), "--threads", "1"]) == 0
+    with SearchProcess(str(tmp_path / "c" / "index")) as sp:
+        assert sp.num_docs == 4  # the 30-sentence passage was not cut into 100-word pieces
+        got = {q: sp.search([q], k=1)[0][0] for q in ("cloves nutmeg", "glaciers moraines", "lava columns", "herons")}
+    assert (got["cloves nutmeg"].docid, got["cloves nutmeg"].title) == ("doc-A", "Zanzibar Spices")
+    assert got["cloves nutmeg"].text == "Cloves and nutmeg grow on the island of Zanzibar."
+    assert (got["glaciers moraines"].docid, got["glaciers moraines"].title) == ("7", "")
+    assert (got["lava columns"].docid, got["lava columns"].title) == ("doc-B", "Basalt")
+    assert got["lava columns"].text == "Basalt columns form when lava cools slowly. " * 30
+    assert (got["herons"].docid, got["herons"].title, got["herons"].text) == ("doc-C", "", "Herons wade in shallow estuaries.")
+
+    (src / "c.jsonl").write_text('{"id": "x", "body": "no contents"}\n')
+    assert main(["--jsonl", str(src), "--out", str(tmp_path / "d")]) == 2
