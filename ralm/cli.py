@@ -53,8 +53,11 @@ def make_parser(fn: Callable, prog: str, description: str | None = None, varargs
                             formatter_class=help_formatter())
     parser.add_argument("--config", action=ActionConfigFile,
                         help="YAML file with any of the settings below; flags after it override it.")
-    if varargs:  # one list-of-strings parameter given as positional words: ``cmd A B C``
-        parser.add_argument(varargs, nargs="+", type=str, metavar=varargs.upper().rstrip("S"))
+    if varargs:  # one parameter given as positional words: ``cmd A B C`` (a list of strings) or ``cmd A``
+        if "list" in str(inspect.signature(fn).parameters[varargs].annotation):
+            parser.add_argument(varargs, nargs="+", type=str, metavar=varargs.upper().rstrip("S"))
+        else:
+            parser.add_argument(varargs, type=str, metavar=varargs.upper())
     parser.add_function_arguments(fn, as_positional=False, fail_untyped=True, skip={varargs} if varargs else None)
     return parser
 
@@ -87,6 +90,34 @@ def run(fn: Callable, argv: list[str] | None, prog: str, description: str | None
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; rerun the same command to continue", file=sys.stderr)
         return 130
+    return out if isinstance(out, int) else 0
+
+
+def run_commands(commands: dict[str, Callable], argv: list[str] | None, prog: str, description: str,
+                 varargs: dict[str, str] | None = None, epilog: str | None = None) -> int:
+    """``prog COMMAND ...`` for a tool with several commands (``python -m ralm.models fetch NAME``): each
+    command's flags come from its function's signature as in :func:`run` (``varargs`` names, per
+    command, the parameter given as positional words); input errors are one line and exit 2."""
+    from jsonargparse import ArgumentError, ArgumentParser
+
+    varargs = varargs or {}
+    parser = ArgumentParser(prog=prog, description=description, epilog=epilog, exit_on_error=False,
+                            default_env=False, allow_abbrev=False, formatter_class=help_formatter())
+    sub = parser.add_subcommands(required=True, dest="command")
+    for name, fn in commands.items():
+        doc = inspect.getdoc(fn) or ""
+        sub.add_subcommand(name, make_parser(fn, f"{prog} {name}", doc.split("\n\n")[0], varargs.get(name)),
+                           help=doc.split("\n")[0])
+    try:
+        try:
+            cfg = parser.parse_args(argv)
+        except ArgumentError as e:
+            raise InputError(f"{_one_line(e)} (see {prog} --help)") from None
+        name = cfg.command
+        kwargs = {k: v for k, v in cfg[name].items() if k != "config"}
+        out = commands[name](**kwargs)
+    except USER_ERRORS as e:
+        return error(prog, e)
     return out if isinstance(out, int) else 0
 
 

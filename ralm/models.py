@@ -27,7 +27,6 @@ CLI::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -372,33 +371,41 @@ def fetch(name: str, force: bool = False, progress: bool = True) -> Path:
     return final
 
 
+def fetch_command(names: list[str], force: bool = False) -> None:
+    """Download, check and convert models (idempotent).
+
+    Args:
+        names: Short names of models (python -m ralm.models list).
+        force: Fetch again even if intact.
+    """
+    for n in names:
+        fetch(n, force=force)
+
+
+def path_command(name: str) -> None:
+    """Print the local directory of a fetched model.
+
+    Args:
+        name: A short name of a model.
+    """
+    if not is_fetched(name):
+        raise ModelError(f"model {name!r} is not fetched yet. Fix: python -m ralm.models fetch {name}")
+    print(model_dir(name))
+
+
+def list_command() -> None:
+    """Known models, and whether each is fetched."""
+    for n, p in REGISTRY.items():
+        state = f"fetched: {model_dir(n)}" if is_fetched(n) else "not fetched"
+        print(f"{n:14s} {p.kind:9s} {state}\n{'':14s} {p.about}\n{'':14s} from {p.spec}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ralm.models", description=__doc__.split("\n\n")[0],
-                                 epilog=f"Models are kept in {cache_root()} (set RALM_MODELS_DIR to move them).")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("fetch", help="download, check and convert models (idempotent)")
-    f.add_argument("names", nargs="+", metavar="NAME", help=f"one of {sorted(REGISTRY)}")
-    f.add_argument("--force", action="store_true", help="fetch again even if intact")
-    pth = sub.add_parser("path", help="print the local directory of a fetched model")
-    pth.add_argument("name", metavar="NAME")
-    sub.add_parser("list", help="known models, and whether each is fetched")
-    a = ap.parse_args(argv)
-    try:
-        if a.cmd == "fetch":
-            for n in a.names:
-                fetch(n, force=a.force)
-        elif a.cmd == "path":
-            if not is_fetched(a.name):
-                raise ModelError(f"model {a.name!r} is not fetched yet. Fix: python -m ralm.models fetch {a.name}")
-            print(model_dir(a.name))
-        else:
-            for n, p in REGISTRY.items():
-                state = f"fetched: {model_dir(n)}" if is_fetched(n) else "not fetched"
-                print(f"{n:14s} {p.kind:9s} {state}\n{'':14s} {p.about}\n{'':14s} from {p.spec}")
-    except ModelError as e:
-        print(f"ralm.models: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    from ralm.cli import run_commands
+
+    return run_commands({"fetch": fetch_command, "path": path_command, "list": list_command}, argv,
+                        "python -m ralm.models", __doc__, varargs={"fetch": "names", "path": "name"},
+                        epilog=f"Models are kept in {cache_root()} (set RALM_MODELS_DIR to move them).")
 
 
 if __name__ == "__main__":
