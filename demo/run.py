@@ -18,12 +18,12 @@ Finished stages are reused, so a second run only prints the tables.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "demo"
@@ -41,13 +41,6 @@ def stage(title: str, cmd: list[str], done: bool) -> None:
     t = time.time()
     subprocess.run([sys.executable, *cmd], check=True, cwd=ROOT)
     print(f"[demo] {title}: finished in {time.time() - t:.0f}s", flush=True)
-
-
-def yaml_flags(path: Path) -> list[str]:
-    """``key: value`` lines of a YAML file as ``--key value`` flags (for CLIs without --config)."""
-    import yaml
-
-    return [x for k, v in (yaml.safe_load(path.read_text()) or {}).items() for x in (f"--{k}", str(v))]
 
 
 def cosine_flags(fit_yaml: Path) -> list[str]:
@@ -68,26 +61,25 @@ def ordering_holds(ppl: dict[str, float]) -> bool:
             and ppl["oracle"] == min(ppl.values()))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="runs/demo", help="where every artifact goes (default: runs/demo)")
-    ap.add_argument("--config-dir", default=str(CONFIGS),
-                    help="directory with world.yaml, build.yaml, fit.yaml and ppl.yaml (default: configs/demo)")
-    ap.add_argument("--precision", choices=["auto", "float32", "bfloat16"], default="auto",
-                    help="compute precision of every stage (default auto: bf16 where the CPU runs it natively, "
-                         "float32 elsewhere; ralm.precision). The README's tables are float32's. A different "
-                         "precision needs a fresh --out (finished stages are reused)")
-    args = ap.parse_args(argv)
-    scoring = ["--scoring.dtype", args.precision]
-    fit_precision = ["--trainer.precision", {"auto": "auto", "float32": "32-true", "bfloat16": "bf16-mixed"}[args.precision]]
-    out = (ROOT / args.out).resolve()
-    configs = Path(args.config_dir).resolve()
+def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
+         precision: Literal["auto", "float32", "bfloat16"] = "auto") -> int:
+    """Run every stage (finished ones are reused) and print the tables.
+
+    Args:
+        out: Where every artifact goes.
+        config_dir: Directory with world.yaml, build.yaml, fit.yaml and ppl.yaml.
+        precision: Compute precision of every stage (auto: bf16 where the CPU runs it natively, float32
+            elsewhere; ralm.precision). A different precision needs a fresh --out (finished stages are reused).
+    """
+    scoring = ["--scoring.dtype", precision]
+    fit_precision = ["--trainer.precision", {"auto": "auto", "float32": "32-true", "bfloat16": "bf16-mixed"}[precision]]
+    out = (ROOT / out).resolve()
+    configs = Path(config_dir).resolve()
     world, index, data = out / "world", out / "corpus", out / "data"
     reranker = out / "reranker"
     t0 = time.time()
 
-    stage("1/5 world", ["-m", "demo.world", "--out", str(world), *yaml_flags(configs / "world.yaml")],
+    stage("1/5 world", ["-m", "demo.world", "--config", str(configs / "world.yaml"), "--out", str(world)],
           False)  # one second, and the same files every time (a pure function of world.yaml)
     texts = [t for t in TEXTS if (world / f"{t}.txt").exists()]  # heldout-articles: 0 -> eval only
     stage("2/5 Lucene index", ["-m", "ralm.corpus", "--text.file", str(world / "corpus.txt"), "--out", str(index)],
@@ -128,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
           f"comparison:    {out / 'ppl'}/<text>/comparison.md, comparison.png")
     print(f"total: {time.time() - t0:.0f}s")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ralm.cli import run
+
+    return run(demo, argv, "python -m demo.run", description=__doc__)
 
 
 if __name__ == "__main__":

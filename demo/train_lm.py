@@ -1,7 +1,7 @@
 """Train the demo's small GPT-2 on the synthetic world so that it reads its context.
 
 The LM sees sequences shaped like the evaluation's conditioning (METHOD §2.4): ``[passage ; text]``
-of exactly ``--ctx`` tokens, the passage (``title + "\\n" + text``, cut to ``--doc-budget`` tokens)
+of exactly ``--ctx`` tokens, the passage (``title + "\\n" + text``, cut to ``--doc_budget`` tokens)
 followed with no separator by a window of event-article text cut from the left. The passage is
 
 * with probability ``p_right`` the corpus article of the person mentioned last in the window (the
@@ -20,8 +20,8 @@ about 6 minutes on 2 idle CPU cores, 12 on a busy machine)::
 
     python -m demo.train_lm --out demo/assets/lm
 
-(the defaults are the committed run's settings; ``--stop-after 0`` runs the whole schedule). Windows
-end, with probability ``--p-segment-end``, just before the next person is named, so that the facts
+(the defaults are the committed run's settings; ``--stop_after 0`` runs the whole schedule). Windows
+end, with probability ``--p_segment_end``, just before the next person is named, so that the facts
 the passage can give fall inside the window: without that the copying signal is a few percent of
 the tokens and a CPU-sized run does not learn to read its passage.
 
@@ -31,14 +31,15 @@ also needs the same torch version and thread count.
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import json
 import math
 import random
 import re
+import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from demo.world import corpus_wikitext, make_world
 
@@ -112,35 +113,40 @@ class WorldStream:
         return doc + self.ids[end - n_text:end], len(doc)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Train the demo LM (see module docstring).")
-    ap.add_argument("--out", default="demo/assets/lm")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--vocab", type=int, default=1024)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--width", type=int, default=128)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--ctx", type=int, default=256)
-    ap.add_argument("--doc-budget", type=int, default=96)
-    ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--warmup", type=int, default=50)
-    ap.add_argument("--worlds", type=int, default=24, help="number of fresh training worlds")
-    ap.add_argument("--articles-per-world", type=int, default=300)
-    ap.add_argument("--p-right", type=float, default=0.7)
-    ap.add_argument("--p-wrong", type=float, default=0.2)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--p-segment-end", type=float, default=0.8,
-                    help="probability that a window ends at the end of a person's segment (denser copying signal)")
-    ap.add_argument("--init-from", default=None, help="continue training this saved model (stage 2)")
-    ap.add_argument("--world-offset", type=int, default=0, help="use training worlds from this index on")
-    ap.add_argument("--stop-after", type=int, default=601,
-                    help="stop after this many updates, keeping the --steps schedule (0: run all)")
-    ap.add_argument("--save-every", type=int, default=100)
-    ap.add_argument("--fp16", action="store_true", help="save fp16 weights (halves the file)")
-    a = ap.parse_args(argv)
+def train_lm(out: str = "demo/assets/lm", seed: int = 0, vocab: int = 1024, layers: int = 4, width: int = 128,
+             heads: int = 4, ctx: int = 256, doc_budget: int = 96, steps: int = 1500, batch: int = 32,
+             lr: float = 3e-3, warmup: int = 50, worlds: int = 24, articles_per_world: int = 300,
+             p_right: float = 0.7, p_wrong: float = 0.2, threads: int = 2, p_segment_end: float = 0.8,
+             init_from: str | None = None, world_offset: int = 0, stop_after: int = 601, save_every: int = 100,
+             fp16: bool = False) -> None:
+    """Train the demo LM (see the module docstring).
 
+    Args:
+        out: Output directory (weights, tokenizer, train_args.json).
+        seed: Seed of the tokenizer, the initial weights and the sampling.
+        vocab: Tokenizer vocabulary size.
+        layers: Transformer layers.
+        width: Hidden size.
+        heads: Attention heads.
+        ctx: Context length in tokens.
+        doc_budget: Tokens of a passage placed before the text.
+        steps: Length of the cosine schedule.
+        batch: Windows per update.
+        lr: Peak learning rate.
+        warmup: Warmup updates.
+        worlds: Number of fresh training worlds.
+        articles_per_world: Articles written per training world.
+        p_right: Probability that a window's passage is the right person's.
+        p_wrong: Probability that it is a near-duplicate (else no passage).
+        threads: torch threads.
+        p_segment_end: Probability that a window ends at the end of a person's segment (denser copying signal).
+        init_from: Continue training this saved model (stage 2).
+        world_offset: Use training worlds from this index on.
+        stop_after: Stop after this many updates, keeping the --steps schedule (0: run all).
+        save_every: Save the weights every this many updates.
+        fp16: Save fp16 weights (halves the file).
+    """
+    a = SimpleNamespace(**locals())  # the settings, as recorded in train_args.json
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -209,5 +215,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"saved to {out} ({time.time() - t0:.0f}s)", flush=True)
 
 
+def main(argv: list[str] | None = None) -> int:
+    from ralm.cli import run
+
+    return run(train_lm, argv, "python -m demo.train_lm", description=__doc__)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

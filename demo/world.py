@@ -29,9 +29,9 @@ Everything is a pure function of the seed. CLI: ``python -m demo.world --out DIR
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -318,45 +318,32 @@ def write_world(world: World, out: str | Path) -> dict[str, Path]:
     return paths
 
 
-def _yes(s: str) -> bool:
-    if s.lower() in ("1", "true", "yes"):
-        return True
-    if s.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
+def world(out: str, seed: int = 0, train_articles: int = 3000, eval_articles: int = 30,
+          eval_people_in_train: bool = False, dev_articles: int = 0, heldout_articles: int = 0) -> str:
+    """Write a synthetic world's corpus and texts.
+
+    Args:
+        out: Output folder (corpus.txt, train.txt, eval.txt, dev.txt, heldout.txt, people.json).
+        seed: The world's seed: everything is a pure function of it and of the counts below.
+        train_articles: Events written to train.txt.
+        eval_articles: Events written to eval.txt.
+        eval_people_in_train: true: the training text may mention the people of the evaluation text too.
+        dev_articles: Events written to dev.txt, for choosing settings.
+        heldout_articles: Events written to heldout.txt, for reporting on text no setting was chosen on.
+    """
+    w = make_world(n_train_articles=train_articles, n_eval_articles=eval_articles, seed=seed,
+                   eval_people_in_train=eval_people_in_train, n_dev_articles=dev_articles,
+                   n_heldout_articles=heldout_articles)
+    paths = write_world(w, out)
+    return "\n".join([f"{len(w.people)} people, {len(w.corpus)} passages, train {len(w.train_text.split())} words, "
+                      f"eval {len(w.eval_text.split())} words -> {out}", *(f"  {k}: {p}" for k, p in paths.items())])
 
 
-def world_from_config(path: str | Path) -> World:
-    """The world a ``configs/demo/world.yaml``-style file describes (its keys are this CLI's flags)."""
-    import yaml
+def main(argv: list[str] | None = None) -> int:
+    from ralm.cli import run
 
-    c = yaml.safe_load(Path(path).read_text()) or {}
-    return make_world(n_train_articles=int(c.get("train-articles", 3000)), n_eval_articles=int(c.get("eval-articles", 30)),
-                      seed=int(c.get("seed", 0)), eval_people_in_train=_yes(str(c.get("eval-people-in-train", False))),
-                      n_dev_articles=int(c.get("dev-articles", 0)), n_heldout_articles=int(c.get("heldout-articles", 0)))
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--train-articles", type=int, default=3000)
-    ap.add_argument("--eval-articles", type=int, default=30)
-    ap.add_argument("--eval-people-in-train", type=_yes, default=False,
-                    help="true: the training text may mention the people of the evaluation text too")
-    ap.add_argument("--dev-articles", type=int, default=0, help="events written to dev.txt, for choosing settings")
-    ap.add_argument("--heldout-articles", type=int, default=0,
-                    help="events written to heldout.txt, for reporting on text no setting was chosen on")
-    a = ap.parse_args(argv)
-    w = make_world(n_train_articles=a.train_articles, n_eval_articles=a.eval_articles, seed=a.seed,
-                   eval_people_in_train=a.eval_people_in_train, n_dev_articles=a.dev_articles,
-                   n_heldout_articles=a.heldout_articles)
-    paths = write_world(w, a.out)
-    print(f"{len(w.people)} people, {len(w.corpus)} passages, train {len(w.train_text.split())} words, "
-          f"eval {len(w.eval_text.split())} words -> {a.out}")
-    for k, p in paths.items():
-        print(f"  {k}: {p}")
+    return run(world, argv, "python -m demo.world", description=__doc__, after=lambda msg, kw: print(msg) or 0)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -22,7 +22,7 @@ from ralm import models
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SMALLER = {"world.yaml": {"dev-articles": 0, "heldout-articles": 0}}
+SMALLER = {"world.yaml": {"dev_articles": 0, "heldout_articles": 0}}
 
 pytestmark = pytest.mark.skipif(not models.is_fetched("minilm-l6"),
                                 reason="needs the MiniLM encoder: python -m ralm.models fetch minilm-l6 "
@@ -45,7 +45,7 @@ def ppl(tmp_path_factory) -> dict[str, dict[str, float]]:
         c = yaml.safe_load((ROOT / "configs" / "demo" / f).read_text())
         (cfg / f).write_text(yaml.safe_dump(_merge(c, SMALLER.get(f, {}))))
     out = tmp / "run"
-    proc = subprocess.run([sys.executable, "-m", "demo.run", "--out", str(out), "--config-dir", str(cfg)],
+    proc = subprocess.run([sys.executable, "-m", "demo.run", "--out", str(out), "--config_dir", str(cfg)],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ppl = json.loads((out / "summary.json").read_text())["ppl_word"]

@@ -47,7 +47,7 @@ def test_world_layout_and_near_duplicates(world):
 
 
 def test_cli_writes_files(tmp_path):
-    main(["--out", str(tmp_path), "--train-articles", "3", "--eval-articles", "2"])
+    assert main(["--out", str(tmp_path), "--train_articles", "3", "--eval_articles", "2"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
     assert rows and all(r["contents"] == f"{r['title']}\n{r['text']}" for r in rows)
     corpus_txt = (tmp_path / "corpus.txt").read_text()
