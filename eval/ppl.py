@@ -372,25 +372,20 @@ def _retrieval_identity(retrieval: Retrieval, retrieval_file: str | None) -> dic
 
 def _predict(job: _Job, tokens: Tokens, ids_t, pending, make_candidates, work: Path, n_done: int):
     """Score the pending chunks with Lightning; returns (True in the process that writes the outputs, seconds)."""
-    from torch.utils.data import DataLoader
-
-    from eval.predict import ChunkWriter, EvalModule, StrideChunks, unbatched
+    from eval.predict import ChunkWriter, predict_chunks
     from ralm.cli import quiet_lightning
     from ralm.progress import Progress
-    from ralm.stage import open_lm, predict
+    from ralm.stage import open_lm
 
     quiet_lightning(job.verbose)
     lm = open_lm(job.model, job.scoring, work)
     selector = make_selector(job.reranker, job.ranker, job.model, job.seed, windows=job.windows,
                              max_length=tokens.max_length, scoring=job.scoring)
-    module = EvalModule(lm, selector, ids_t, tokens.tokenizer, doc_max_tokens=job.windows.doc_max_tokens,
-                        zero_shot_tokens=job.windows.zero_shot_tokens, k=job.retrieval.k,
-                        batch_size=job.scoring.batch_size, dtype=job.scoring.dtype)
-    data = DataLoader(StrideChunks(ids_t, pending, tokens.tokenizer, selector, make_candidates), batch_size=None,
-                      collate_fn=unbatched)
     name = job.reranker if len(job.reranker) < 20 else "predictive"
     bar = Progress(len(tokens.wins), f"ppl [{name}]", "strides", enabled=job.progress, initial=n_done)
-    rank0, seconds, _ = predict(module, data, ChunkWriter(work / "chunks", bar), job.trainer, job.scoring, "eval.ppl")
+    rank0, seconds, _ = predict_chunks(lm, selector, ids_t, tokens.tokenizer, pending, make_candidates,
+                                       ChunkWriter(work / "chunks", bar), job.windows, job.retrieval.k, job.scoring,
+                                       job.trainer)
     bar.close()
     return rank0, seconds
 

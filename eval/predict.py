@@ -169,6 +169,21 @@ class _ListedCandidates:
         pass
 
 
+def predict_chunks(lm: torch.nn.Module, selector: Selector, ids: torch.Tensor, tokenizer, chunks: Sequence[Chunk],
+                   make_candidates, writer: "ChunkWriter", windows: Windows, k: int, scoring: Scoring,
+                   devices: Devices):
+    """Score ``chunks`` in one ``Trainer.predict`` (``ralm.stage``), each result written by ``writer``:
+    the one path of ``eval.ppl`` and :func:`run_loop`. Returns (is_global_zero, seconds, world_size)."""
+    from ralm.stage import predict
+
+    module = EvalModule(lm, selector, ids, tokenizer, doc_max_tokens=windows.doc_max_tokens,
+                        zero_shot_tokens=windows.zero_shot_tokens, k=k, batch_size=scoring.batch_size,
+                        dtype=scoring.dtype)
+    data = torch.utils.data.DataLoader(StrideChunks(ids, chunks, tokenizer, selector, make_candidates),
+                                       batch_size=None, collate_fn=unbatched)
+    return predict(module, data, writer, devices, scoring, "eval.predict")
+
+
 def run_loop(ids: Sequence[int], tokenizer, lm: torch.nn.Module, selector: Selector,
              candidates: CandidateFn | None = None, *, batch_size: int = 16,
              dtype: str = "auto", stride: int = Windows.stride, max_length: int = Windows.max_length,
@@ -183,7 +198,6 @@ def run_loop(ids: Sequence[int], tokenizer, lm: torch.nn.Module, selector: Selec
 
     from ralm.cli import quiet_lightning
     from ralm.progress import Progress
-    from ralm.stage import predict
 
     quiet_lightning(False)
     if selector.uses_documents and candidates is None:
@@ -192,12 +206,11 @@ def run_loop(ids: Sequence[int], tokenizer, lm: torch.nn.Module, selector: Selec
     windows = stride_windows(len(ids_t), stride, max_length)
     chunks = make_chunks(windows, strides_per_chunk)
     source = (lambda: _ListedCandidates(candidates)) if candidates is not None else None
-    module = EvalModule(lm, selector, ids_t, tokenizer, doc_max_tokens=doc_max_tokens,
-                        zero_shot_tokens=zero_shot_tokens, k=k, batch_size=batch_size, dtype=dtype)
-    data = torch.utils.data.DataLoader(StrideChunks(ids_t, chunks, tokenizer, selector, source), batch_size=None,
-                                       collate_fn=unbatched)
     with tempfile.TemporaryDirectory() as tmp, \
             Progress(len(windows), f"ppl [{selector.name}]", "strides", enabled=progress) as bar:
-        predict(module, data, ChunkWriter(Path(tmp), bar), Devices(accelerator, 1), Scoring(), "eval.run_loop")
+        predict_chunks(lm, selector, ids_t, tokenizer, chunks, source, ChunkWriter(Path(tmp), bar),
+                       Windows(stride=stride, max_length=max_length, doc_max_tokens=doc_max_tokens,
+                               zero_shot_tokens=zero_shot_tokens), k,
+                       Scoring(batch_size=batch_size, dtype=dtype), Devices(accelerator, 1))
         results = [load_chunk(chunk_path(Path(tmp), c.index)) for c in chunks]
     return assemble(ids_t.tolist(), windows, results)
