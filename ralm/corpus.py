@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -153,26 +154,34 @@ def write_passages(
     shards round-robin per article; ids are ``"0", "1", ...`` in corpus order. Each line is
     ``{"id": ..., "contents": title + "\\n" + text}`` (the title line is what retrieval reads back).
     """
+    n = 0
+    with _shard_files(out_dir, shards) as files:
+        for a, (title, body) in enumerate(articles):
+            for t, text in iter_passages([(title, body)], words):
+                if max_passages is not None and n >= max_passages:
+                    return n
+                _write_line(files[a % len(files)], str(n), f"{t}\n{text}" if t else text)
+                n += 1
+    return n
+
+
+@contextmanager
+def _shard_files(out_dir: str | Path, shards: int):
+    """``shards`` fresh ``passages-NNNN.jsonl`` files in ``out_dir`` (earlier ones removed), open for writing."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("passages-*.jsonl"):
         old.unlink()
-    shards = max(1, shards)
-    files = [open(out_dir / f"passages-{i:04d}.jsonl", "w", encoding="utf-8") for i in range(shards)]
-    n = 0
+    files = [open(out_dir / f"passages-{i:04d}.jsonl", "w", encoding="utf-8") for i in range(max(1, shards))]
     try:
-        for a, (title, body) in enumerate(articles):
-            f = files[a % shards]
-            for t, text in iter_passages([(title, body)], words):
-                if max_passages is not None and n >= max_passages:
-                    return n
-                contents = f"{t}\n{text}" if t else text
-                f.write(json.dumps({"id": str(n), "contents": contents}, ensure_ascii=False) + "\n")
-                n += 1
+        yield files
     finally:
         for f in files:
             f.close()
-    return n
+
+
+def _write_line(f, docid: str, contents: str) -> None:
+    f.write(json.dumps({"id": docid, "contents": contents}, ensure_ascii=False) + "\n")
 
 
 def read_jsonl_passages(path: str | Path) -> Iterator[tuple[str, str]]:
@@ -208,21 +217,13 @@ def read_jsonl_passages(path: str | Path) -> Iterator[tuple[str, str]]:
 def write_jsonl_passages(passages: Iterable[tuple[str, str]], out_dir: str | Path, shards: int = 1,
                          max_passages: int | None = None) -> int:
     """Write ``(id, contents)`` pairs as JsonCollection JSONL, ``shards`` files round-robin; returns the count."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("passages-*.jsonl"):
-        old.unlink()
-    files = [open(out_dir / f"passages-{i:04d}.jsonl", "w", encoding="utf-8") for i in range(max(1, shards))]
     n = 0
-    try:
+    with _shard_files(out_dir, shards) as files:
         for docid, contents in passages:
             if max_passages is not None and n >= max_passages:
                 break
-            files[n % len(files)].write(json.dumps({"id": docid, "contents": contents}, ensure_ascii=False) + "\n")
+            _write_line(files[n % len(files)], docid, contents)
             n += 1
-    finally:
-        for f in files:
-            f.close()
     return n
 
 
