@@ -266,3 +266,46 @@ def test_a_log_file_shows_progress_and_the_resolved_precision(tmp_path, tiny_rob
     assert "[fit] step 4 validation: " in err and "val/nll_reranker" in err, err
     meta = json.loads((tmp_path / cli.trainer.log_dir / "reranker" / "reranker.json").read_text())
     assert meta["trained"] == {"precision": expected, "steps": 4}
+
+
+def test_a_sigkilled_fit_reruns_to_the_weights_of_an_unbroken_one(tmp_path, tiny_roberta_dir, rerank_data_dir):
+    """``python -m reranking.fit`` SIGKILLed as soon as its first ``last.ckpt`` is on disk (step 4 of 40),
+    then the same command again: it resumes from that checkpoint in the same run directory and ends with
+    exactly the weights of a run that was never interrupted (Lightning writes checkpoints atomically)."""
+    import signal
+    import time
+
+    from reranking.fit import main
+
+    args = fit_args(tiny_roberta_dir, rerank_data_dir, 40, "--trainer.logger.init_args.version", "run")
+    killed, straight = tmp_path / "killed", tmp_path / "straight"
+    killed.mkdir(), straight.mkdir()
+    cmd = [sys.executable, "-m", "reranking.fit", *args]
+    log = killed / "fit.log"
+    with open(log, "wb") as out:
+        p = subprocess.Popen(cmd, cwd=killed, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        last = None
+        while p.poll() is None and last is None:
+            found = glob.glob(str(killed / "**" / "checkpoints" / "last.ckpt"), recursive=True)
+            last = Path(found[0]) if found else None
+            time.sleep(0.02)
+        os.killpg(p.pid, signal.SIGKILL)
+        assert p.wait() == -signal.SIGKILL, log.read_text()  # killed mid-run, not finished before the kill
+    first = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+    assert 0 < first < 40
+    rerun = subprocess.run(cmd, cwd=killed, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming from {last.resolve()}" in rerun.stderr, rerun.stderr[-3000:]
+    old_cwd, old_argv = os.getcwd(), sys.argv
+    sys.argv = ["reranking.fit"]
+    try:
+        os.chdir(straight)
+        assert main(args).trainer.global_step == 40
+    finally:
+        os.chdir(old_cwd)
+        sys.argv = old_argv
+    a = torch.load(last, map_location="cpu", weights_only=True)
+    b = torch.load(next(straight.glob("**/checkpoints/last.ckpt")), map_location="cpu", weights_only=True)
+    assert a["global_step"] == b["global_step"] == 40
+    for k in b["state_dict"]:
+        assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k
