@@ -7,11 +7,12 @@ crash, and a JVM inside a process makes ``fork`` unsafe. :class:`SearchProcess` 
 and talks to it over a pipe. The main process stays JVM-free, so it may fork (DataLoader workers) and
 use faulthandler freely.
 
-Requests are pipelined: :meth:`SearchProcess.submit` returns at once with a :class:`Future`, the
-search process works through requests in order while the caller does other work (the LM scoring the
-previous chunk), and a reader thread collects the answers. If the search process dies (a JVM crash,
-the OOM killer), it is restarted and the requests still pending are sent again: a search is a pure
-function of its inputs, so nothing is lost. Its Java logging goes to a log file whose tail is quoted
+Requests are pipelined: :meth:`SearchProcess.submit` returns at once with a
+:class:`concurrent.futures.Future`, the search process works through requests in order while the
+caller does other work (the LM scoring the previous chunk), and a reader thread collects the
+answers. If the search process dies (a JVM crash, the OOM killer), it is restarted and the requests
+still pending are sent again: a search is a pure function of its inputs, so nothing is lost. Its
+Java logging goes to a log file whose tail is quoted
 in any error (``verbose=True`` shows it live).
 """
 
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -30,34 +32,11 @@ from typing import Collection, Sequence
 from ralm.retrieval import Passage
 from ralm.settings import InputError
 
-__all__ = ["SearchProcess", "Future", "SearchProcessError"]
+__all__ = ["SearchProcess", "SearchProcessError"]
 
 
 class SearchProcessError(RuntimeError):
     """The search process failed in a way a restart did not fix."""
-
-
-class Future:
-    """The answer to one submitted search; :meth:`result` waits for it."""
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._value = None
-        self._error: BaseException | None = None
-
-    def _set(self, value=None, error: BaseException | None = None) -> None:
-        self._value, self._error = value, error
-        self._done.set()
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def result(self, timeout: float | None = None) -> list[list[Passage]]:
-        if not self._done.wait(timeout):
-            raise TimeoutError("search did not finish in time")
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 @dataclass
@@ -142,9 +121,9 @@ class SearchProcess:
             if req is None:
                 continue
             if kind == "ok":
-                req.future._set(value=payload)
+                req.future.set_result(payload)
             else:
-                req.future._set(error=InputError(payload) if kind == "input_error" else SearchProcessError(payload))
+                req.future.set_exception(InputError(payload) if kind == "input_error" else SearchProcessError(payload))
         if not self._closed:
             self._restart()
 
@@ -156,7 +135,7 @@ class SearchProcess:
                 err = SearchProcessError(f"the search process died (exit {code}) and was restarted too often; "
                                          f"rerun the same command to continue. {self._log_tail()}")
                 for r in pending:
-                    r.future._set(error=err)
+                    r.future.set_exception(err)
                 self._pending.clear()
                 return
             self.restarts_left -= 1
@@ -167,7 +146,7 @@ class SearchProcess:
         except Exception as e:  # noqa: BLE001 - every waiter must hear about it
             with self._lock:
                 for r in pending:
-                    r.future._set(error=e)
+                    r.future.set_exception(e)
                 self._pending.clear()
             return
         with self._lock:
