@@ -12,8 +12,7 @@ Requests are pipelined: :meth:`SearchProcess.submit` returns at once with a
 caller does other work (the LM scoring the previous chunk), and a reader thread collects the
 answers. If the search process dies (a JVM crash, the OOM killer), it is restarted and the requests
 still pending are sent again: a search is a pure function of its inputs, so nothing is lost. Its
-Java logging goes to a log file whose tail is quoted
-in any error (``verbose=True`` shows it live).
+Java logging goes to a log file whose tail is quoted in any error (``verbose=True`` shows it live).
 """
 
 from __future__ import annotations
