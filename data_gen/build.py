@@ -223,63 +223,28 @@ def build_dataset(build: BuildConfig, run: RunConfig) -> dict | None:
     from ralm.cli import quiet_libraries
     from ralm.outputs import global_rank
 
-    from .shards import Layout, check_config, drop_bad_shards, verify_manifest
+    from .shards import Layout, check_config
 
     quiet_libraries(run.verbose)
     layout = Layout(run.out, build)
     rank0 = global_rank() == 0
-    if layout.manifest.exists():
-        check_config(layout)
-        manifest = json.loads(layout.manifest.read_text())
-        verify_manifest(layout, manifest)
-        if rank0:
-            _log(f"already complete: {manifest['examples']:,} examples in {len(manifest['shards'])} shard(s) under "
-                 f"{layout.data}, every shard matching the manifest (content hash {manifest['content_hash'][:16]}...)")
-        return manifest
     check_config(layout)
-    from ralm.files import check_writable
-
-    check_writable(layout.root, "--out")
-    tokenizer, window = check_model(build)
-    from ralm.retrieval import check_index
-
-    check_index(build.retrieval.index)
-    forbidden = forbidden_from_eval(build)
+    if layout.manifest.exists():
+        return _already_complete(layout, rank0)
+    tokenizer, window, forbidden = _check_inputs(layout, build)
     if rank0:
-        for f in layout.root.rglob(".*.tmp"):  # temporaries of a killed run (not a live writer's on another node)
-            if time.time() - f.stat().st_mtime > 600:
-                f.unlink(missing_ok=True)
-        bad = drop_bad_shards(layout)
-        if bad:
-            _log(f"{len(bad)} shard(s) no longer match the hash recorded when written ({bad[:3]}); scoring them again")
+        _clean_after_kill(layout)
     tokens, samples = stage_sample(layout, build, tokenizer, window, write=rank0)
     if run.stage == "sample":
         return None
-
-    from .retrieve import RetrieveThread, run_retrieve, shards_to_retrieve
-
-    todo = shards_to_retrieve(layout)  # rank 0 retrieves them; other ranks wait for each shard they score
-    if run.stage == "retrieve" or not todo:
-        if todo and rank0:
-            _log(f"[retrieve] {len(todo)} shard(s), {len(forbidden):,} forbidden evaluation title(s)")
-            run_retrieve(layout, build.model, tokens, samples, forbidden, run.retrieval_batch, run.verbose, _log)
-        if run.stage == "retrieve":
-            return None
-        thread = None
-    else:
-        layout.retrieve_failed.unlink(missing_ok=True)
-        thread = None
-        if rank0:
-            _log(f"[retrieve] {len(todo)} shard(s) in the background, {len(forbidden):,} forbidden evaluation "
-                 "title(s); scoring starts with the first one")
-            thread = RetrieveThread(layout, build.model, tokens, samples, forbidden, run.retrieval_batch,
-                                    run.verbose, _log)
-            thread.start()
-
+    thread = _retrieve(layout, run, tokens, samples, forbidden, rank0)
+    if run.stage == "retrieve":
+        return None
     if rank0:  # shards completed by a killed run (all chunks scored, shard not yet written)
         for s in range(build.n_shards):
             if not layout.shard(s).exists() and layout.scores(s).is_dir():
                 assemble_shard(layout, s, tokens, tokenizer, window)
+
     def shard_done(s: int) -> None:  # a finished shard becomes final while later ones are scored
         if assemble_shard(layout, s, tokens, tokenizer, window):
             _log(f"[score] shard {s} written: {layout.shard(s).name}")
@@ -295,6 +260,67 @@ def build_dataset(build: BuildConfig, run: RunConfig) -> dict | None:
         if not assemble_shard(layout, s, tokens, tokenizer, window):
             raise BuildError(f"shard {s} has unscored examples after scoring; rerun the same command")
     return write_manifest(layout, run, window, tokenizer, len(tokens))
+
+
+def _already_complete(layout, rank0: bool) -> dict:
+    """A finished job: check every shard against its manifest and return the manifest."""
+    from .shards import verify_manifest
+
+    manifest = json.loads(layout.manifest.read_text())
+    verify_manifest(layout, manifest)
+    if rank0:
+        _log(f"already complete: {manifest['examples']:,} examples in {len(manifest['shards'])} shard(s) under "
+             f"{layout.data}, every shard matching the manifest (content hash {manifest['content_hash'][:16]}...)")
+    return manifest
+
+
+def _check_inputs(layout, build: BuildConfig):
+    """Before anything is written: the output is writable, the LM and the index are usable. Returns the
+    tokenizer, the window L and the forbidden evaluation titles."""
+    from ralm.files import check_writable
+    from ralm.retrieval import check_index
+
+    check_writable(layout.root, "--out")
+    tokenizer, window = check_model(build)
+    check_index(build.retrieval.index)
+    return tokenizer, window, forbidden_from_eval(build)
+
+
+def _clean_after_kill(layout) -> None:
+    """Rank 0: drop a killed run's old temporaries (not a live writer's on another node) and the shards
+    whose bytes no longer match the hash recorded when they were written."""
+    from .shards import drop_bad_shards
+
+    for f in layout.root.rglob(".*.tmp"):
+        if time.time() - f.stat().st_mtime > 600:
+            f.unlink(missing_ok=True)
+    bad = drop_bad_shards(layout)
+    if bad:
+        _log(f"{len(bad)} shard(s) no longer match the hash recorded when written ({bad[:3]}); scoring them again")
+
+
+def _retrieve(layout, run: RunConfig, tokens, samples, forbidden, rank0: bool):
+    """BM25 for the shards that lack it, on rank 0: now (``--stage retrieve``), or in a background
+    thread that scoring waits on shard by shard (returned; None when there is nothing to retrieve)."""
+    from .retrieve import RetrieveThread, run_retrieve, shards_to_retrieve
+
+    todo = shards_to_retrieve(layout)  # rank 0 retrieves them; other ranks wait for each shard they score
+    if not todo:
+        return None
+    args = (layout, layout.build.model, tokens, samples, forbidden, run.retrieval_batch, run.verbose, _log)
+    if run.stage == "retrieve":
+        if rank0:
+            _log(f"[retrieve] {len(todo)} shard(s), {len(forbidden):,} forbidden evaluation title(s)")
+            run_retrieve(*args)
+        return None
+    layout.retrieve_failed.unlink(missing_ok=True)
+    if not rank0:
+        return None
+    _log(f"[retrieve] {len(todo)} shard(s) in the background, {len(forbidden):,} forbidden evaluation "
+         "title(s); scoring starts with the first one")
+    thread = RetrieveThread(*args)
+    thread.start()
+    return thread
 
 
 def write_manifest(layout, run: RunConfig, window: int, tokenizer, n_tokens: int) -> dict:
