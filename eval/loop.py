@@ -76,65 +76,62 @@ def score_chunk(ids: torch.Tensor, chunk: Chunk, candidates: list[list["Passage"
     the selector does not read them).
     """
     run = list(chunk.windows)
-    B = len(run)
-    out_nll = np.zeros(B, dtype=np.float64)
-    out_n = np.zeros(B, dtype=np.int64)
-    chosen = np.full(B, -1, dtype=np.int64)
-    tok_nll: list[np.ndarray] = []
-
-    def record(b: int, nll: torch.Tensor) -> None:
-        out_nll[b] = float(nll.double().sum())
-        out_n[b] = nll.numel()
-        tok_nll.append(nll.numpy().astype(np.float32))
-
     if chunk.index == 0:  # the first window: scored whole with no retrieval
         w = run[0]
         win = ids[w.begin:w.end].unsqueeze(0)
-        record(0, scorer.nll(win, win, w.length - 1)[0])
-        return ChunkResult(np.array([w.index]), out_nll, out_n, chosen, np.zeros(1, dtype=np.int64),
-                           np.concatenate(tok_nll), [None])
-
-    width, trg = run[0].length, run[0].trg_len
-    rank_extra = zero_shot_tokens if selector.lm_ranking == "prefix" else 0
+        return _chunk_result(run, [[]], [-1], [scorer.nll(win, win, w.length - 1)[0]])
     wins = torch.stack([ids[w.begin:w.end] for w in run])  # (B, W)
     cands = [list(c[:k]) for c in candidates] if selector.uses_documents else [[] for _ in run]
     batch = StrideBatch(prefix_texts=prefix_texts, candidates=cands, stride_ids=[w.index for w in run])
-    n_score = trg + rank_extra
-    if selector.needs_lm_scores and n_score >= width:
-        from ralm.settings import SettingsError
-
-        raise SettingsError(f"a window of {width} tokens is too short to rank on {rank_extra} tokens before {trg} "
-                            "targets; lower --windows.zero_shot_tokens or raise --windows.max_length")
+    trg = run[0].trg_len
     if selector.needs_lm_scores:
-        # Every candidate of every stride in one pass, stride by stride; a stride without candidates
-        # gets one row without a document.
-        owner, row_doc, first_row = [], [], []
-        for b, c in enumerate(cands):
-            first_row.append(len(owner))
-            for d in (docs([p.document() for p in c]) if c else [None]):
-                owner.append(b)
-                row_doc.append(d)
-        rows = wins[owner]  # (R, W)
-        nll = scorer.nll(condition_on_documents(rows, row_doc), rows, n_score)  # (R, n_score)
-        rank_sum = (nll[:, :rank_extra] if selector.lm_ranking == "prefix" else nll[:, rank_extra:]).sum(1)
-        table = torch.full((B, max(1, max(len(c) for c in cands))), float("inf"))  # (B, k_max)
-        for b, c in enumerate(cands):
-            table[b, :len(c)] = rank_sum[first_row[b]:first_row[b] + len(c)]
-        picks = selector.select(batch, table)
-        for b in range(B):
-            record(b, nll[first_row[b] + max(picks[b], 0), rank_extra:])
+        rank_extra = zero_shot_tokens if selector.lm_ranking == "prefix" else 0
+        picks, nlls = _choose_by_lm(wins, cands, batch, scorer, selector, docs, trg, rank_extra)
     else:
-        picks = selector.select(batch) if selector.uses_documents else [-1] * B
+        picks = selector.select(batch) if selector.uses_documents else [-1] * len(run)
         chosen_docs = iter(docs([cands[b][p].document() for b, p in enumerate(picks) if p >= 0]))
         row_doc = [next(chosen_docs) if p >= 0 else None for p in picks]
-        nll = scorer.nll(condition_on_documents(wins, row_doc), wins, trg)
-        for b in range(B):
-            record(b, nll[b])
-    chosen[:] = picks
+        nlls = list(scorer.nll(condition_on_documents(wins, row_doc), wins, trg))
+    return _chunk_result(run, cands, picks, nlls)
+
+
+def _choose_by_lm(wins: torch.Tensor, cands: list[list["Passage"]], batch: StrideBatch, scorer: LMScorer,
+                  selector: Selector, docs: DocumentEncoder, trg: int, rank_extra: int):
+    """Zero-shot and oracle: every candidate of every stride in one LM pass, stride by stride (a stride
+    without candidates gets one row without a document); the selector picks from the LM's sums over the
+    ranking tokens. Returns the picks and each stride's target NLL under its pick."""
+    n_score = trg + rank_extra
+    if n_score >= wins.shape[1]:
+        from ralm.settings import SettingsError
+
+        raise SettingsError(f"a window of {wins.shape[1]} tokens is too short to rank on {rank_extra} tokens "
+                            f"before {trg} targets; lower --windows.zero_shot_tokens or raise --windows.max_length")
+    owner, row_doc, first_row = [], [], []
+    for b, c in enumerate(cands):
+        first_row.append(len(owner))
+        for d in (docs([p.document() for p in c]) if c else [None]):
+            owner.append(b)
+            row_doc.append(d)
+    rows = wins[owner]  # (R, W)
+    nll = scorer.nll(condition_on_documents(rows, row_doc), rows, n_score)  # (R, n_score)
+    rank_sum = (nll[:, :rank_extra] if selector.lm_ranking == "prefix" else nll[:, rank_extra:]).sum(1)
+    table = torch.full((len(cands), max(1, max(len(c) for c in cands))), float("inf"))  # (B, k_max)
+    for b, c in enumerate(cands):
+        table[b, :len(c)] = rank_sum[first_row[b]:first_row[b] + len(c)]
+    picks = selector.select(batch, table)
+    return picks, [nll[first_row[b] + max(p, 0), rank_extra:] for b, p in enumerate(picks)]
+
+
+def _chunk_result(run: list[Window], cands: list[list["Passage"]], picks: Sequence[int],
+                  nlls: Sequence[torch.Tensor]) -> ChunkResult:
+    """Per-stride sums (float64, summed in double) and the per-token NLLs, in the chunk's stride order."""
     return ChunkResult(
-        stride_index=np.array([w.index for w in run], dtype=np.int64), stride_nll=out_nll, stride_n_tokens=out_n,
-        chosen_rank=chosen, n_candidates=np.array([len(c) for c in cands], dtype=np.int64),
-        token_nll=np.concatenate(tok_nll), chosen=[cands[b][p] if p >= 0 else None for b, p in enumerate(picks)])
+        stride_index=np.array([w.index for w in run], dtype=np.int64),
+        stride_nll=np.array([float(n.double().sum()) for n in nlls], dtype=np.float64),
+        stride_n_tokens=np.array([n.numel() for n in nlls], dtype=np.int64),
+        chosen_rank=np.array(picks, dtype=np.int64), n_candidates=np.array([len(c) for c in cands], dtype=np.int64),
+        token_nll=np.concatenate([n.numpy().astype(np.float32) for n in nlls]),
+        chosen=[cands[b][p] if p >= 0 else None for b, p in enumerate(picks)])
 
 
 @dataclass

@@ -310,17 +310,22 @@ def _evaluate(job: _Job, text: Text, out: Path, cache_dir, save_retrieval_file, 
             "seconds_per_1000_strides": cost, "precision": precision.describe(setting),
             "retrieval": source_meta, "settings": {"windows": as_dict(job.windows), "retrieval": as_dict(job.retrieval),
                                                   "scoring": as_dict(job.scoring), "ranker": as_dict(job.ranker)}}
+    return _write(out, job, tokens, res, identity, meta, keep_work)
+
+
+def _write(out: Path, job: _Job, tokens: Tokens, res, identity: dict, meta: dict, keep_work: bool) -> dict:
+    """results.json, strides.parquet, tokens.npz (:mod:`eval.outputs`); then ``work/`` goes unless kept."""
     from eval.outputs import write_outputs
     from ralm.text import word_count
 
-    results_dict = write_outputs(out, res, reranker=job.reranker, n_words=word_count(tokens.body), identity=identity,
-                                 meta=meta, article=stride_articles(tokens.tokenizer, tokens.body, tokens.wins,
-                                                                    res.stride_index))
+    results = write_outputs(out, res, reranker=job.reranker, n_words=word_count(tokens.body), identity=identity,
+                            meta=meta, article=stride_articles(tokens.tokenizer, tokens.body, tokens.wins,
+                                                               res.stride_index))
     if not keep_work:
         import shutil
 
-        shutil.rmtree(work, ignore_errors=True)
-    return results_dict
+        shutil.rmtree(out / "work", ignore_errors=True)
+    return results
 
 
 def _identity(job: _Job, text: Text, tokens: Tokens, chunk_strides: int) -> dict:
