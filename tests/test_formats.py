@@ -1,0 +1,74 @@
+"""reranking.formats: a bi reranker loads in sentence-transformers, a cross reranker in CrossEncoder and
+in transformers' AutoModelForSequenceClassification, each giving the project's numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+st = pytest.importorskip("sentence_transformers", reason="sentence-transformers is a test dependency (.[dev])")
+
+PREFIXES = ["The castle was built in the twelfth century by the", "She moved to the city and worked as a"]
+PASSAGES = ["Castle\nThe castle stands on a hill above the river.", "Baker\nA baker makes bread every morning.",
+            "River\nThe river floods in spring, and the town was rebuilt twice."]
+
+
+def exported(tmp_path, encoder_dir, architecture, **model):
+    from reranking.export import export
+    from reranking.system import RerankerSystem
+
+    torch.manual_seed(0)
+    system = RerankerSystem(encoder=str(encoder_dir), pretrained=True, architecture=architecture, **model)
+    return export(system, tmp_path / f"{architecture}-export")
+
+
+def test_a_bi_reranker_is_a_sentence_transformer_with_the_same_embeddings(tmp_path, tiny_bert_dir, capsys):
+    from reranking.export import load_reranker
+    from reranking.formats import main
+    from reranking.inputs import encode_texts
+
+    src = exported(tmp_path, tiny_bert_dir, "bi", max_prefix_tokens=32, max_passage_tokens=48, bm25_weight=0.5)
+    out = tmp_path / "st"
+    assert main(["--reranker", str(src), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "0.5 x the passage's BM25 score" in printed and "last 32 encoder tokens" in printed
+    notes = json.loads((out / "ralm_reranker.json").read_text())
+    assert notes["bm25_weight"] == 0.5 and notes["cosine_temperature"] == 0.05
+
+    model, tok, fmt = load_reranker(src)
+    texts = PREFIXES + PASSAGES
+    with torch.no_grad():
+        ours = model.embed(**encode_texts(tok, texts, fmt.max_passage_tokens, "start"))
+    theirs = st.SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_tensor=True, batch_size=2)
+    assert torch.allclose(theirs.float(), ours, atol=1e-5), (theirs - ours).abs().max()
+    assert main(["--reranker", str(src), "--out", str(out)]) == 2  # an existing output is refused
+
+
+@pytest.mark.parametrize("encoder", ["tiny_bert_dir", "tiny_roberta_dir"])
+def test_a_cross_reranker_scores_the_same_in_cross_encoder_and_transformers(tmp_path, request, encoder):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from reranking.export import load_reranker
+    from reranking.formats import main
+    from reranking.inputs import encode_pairs
+
+    src = exported(tmp_path, request.getfixturevalue(encoder), "cross", max_length=96, max_prefix_tokens=32)
+    out = tmp_path / "ce"
+    assert main(["--reranker", str(src), "--out", str(out)]) == 0
+    model, tok, fmt = load_reranker(src)
+    with torch.no_grad():
+        batch = encode_pairs(tok, PREFIXES, PASSAGES[:2], fmt)
+        ours = model(**batch)
+    assert ours.std() > 0
+    pairs = list(zip(PREFIXES, PASSAGES[:2]))
+    ce = st.CrossEncoder(str(out), device="cpu", trust_remote_code=True)
+    theirs = torch.as_tensor(ce.predict(pairs, batch_size=2)).float()
+    assert torch.allclose(theirs, ours, atol=1e-5), (theirs, ours)
+    hf = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True).eval()
+    enc = AutoTokenizer.from_pretrained(out)([p for p, _ in pairs], [d for _, d in pairs], padding=True,
+                                            return_tensors="pt")
+    with torch.no_grad():
+        logits = hf(**enc).logits.squeeze(-1)
+    assert torch.allclose(logits, ours, atol=1e-5), (logits, ours)
