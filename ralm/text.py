@@ -41,8 +41,10 @@ def word_count(text: str) -> int:
 def article_halves(text: str) -> list[tuple[str, str, str]]:
     """``(title, first half, second half)`` of every titled article of a raw-WikiText-layout text.
 
-    Each half keeps the article's heading block (so both are titled like the article); the cut falls
-    between paragraphs, before the middle non-empty paragraph line. Articles with fewer than four
+    Each half keeps the article's heading block (so both are titled like the article) and ends with a
+    blank line, so that halves joined back to back keep WikiText's layout (a heading follows a blank
+    line; without it ``ralm.corpus`` reads the next article's heading as text of this one). The cut
+    falls between paragraphs, before the middle non-empty paragraph line. Articles with fewer than four
     paragraph lines are skipped (no half would be worth indexing or reading). The split behind the
     leak-free related corpora (docs/METHOD.md §5): index the first halves, read the second halves.
     """
@@ -54,10 +56,18 @@ def article_halves(text: str) -> list[tuple[str, str, str]]:
         if not title:
             continue
         lines = piece.splitlines(keepends=True)
-        head, body = lines[:3], lines[3:]  # " \n", " = Title = \n", " \n"
+        head, body = lines[:3], lines[3:]  # " = Title = \n", " \n", the first paragraph
         paras = [i for i, line in enumerate(body) if line.strip()]
         if len(paras) < 4:
             continue
         cut = paras[len(paras) // 2]
-        out.append((title, "".join(head + body[:cut]), "".join(head + body[cut:])))
+        out.append((title, _blank_ended(head + body[:cut]), _blank_ended(head + body[cut:])))
     return out
+
+
+def _blank_ended(lines: list[str]) -> str:
+    """The lines joined, with WikiText's blank line (" \\n") appended unless the last line is blank."""
+    text = "".join(lines)
+    if not text.endswith("\n"):
+        text += "\n"
+    return text if lines and not lines[-1].strip() else text + " \n"

@@ -75,3 +75,25 @@ def test_plain_text_without_headings_is_one_untitled_article(tmp_path):
     assert write_passages(iter_articles(text), tmp_path, words=4) == 3
     rows = [json.loads(line) for line in open(tmp_path / "passages-0000.jsonl", encoding="utf-8")]
     assert [r["contents"] for r in rows] == ["The first paragraph of", "a plain file. Its", "second paragraph, wrapped."]
+
+
+def test_article_halves_joined_back_to_back_keep_every_article_and_title():
+    """WikiText separates paragraphs by a newline only and puts a blank line before a heading; halves
+    joined back to back (the related corpus of first halves) must still parse into the same articles,
+    titles and texts, with no heading read as text (it was: half the real corpus's passages carried the
+    title of an article several places earlier)."""
+    from ralm.corpus import iter_articles
+    from ralm.text import article_halves
+
+    def article(title, n):
+        return f" \n = {title} = \n \n" + "".join(f" {title} paragraph {i} says something .\n" for i in range(n))
+
+    text = "".join(article(t, n) for t, n in (("Alpha", 6), ("Beta", 5), ("Gamma", 5), ("Delta", 7)))
+    halves = article_halves(text)
+    assert [t for t, _, _ in halves] == ["Alpha", "Beta", "Gamma", "Delta"]
+    for i in (1, 2):
+        joined = "".join(h[i] for h in halves)
+        articles = list(iter_articles(joined))
+        assert [t for t, _ in articles] == ["Alpha", "Beta", "Gamma", "Delta"], i
+        for title, body in articles:
+            assert "=" not in body and set(body.split()) >= {title, "paragraph"}, (title, body)
