@@ -3,6 +3,7 @@
     python bench/real_reranker.py prepare     # splits and the related, leak-free BM25 index (~1 min)
     python bench/real_reranker.py data        # data_gen.build with SmolLM2 (hours; committed under data/real/)
     python bench/real_reranker.py fit         # MiniLM rerankers (configs/real/fit_ARCH.yaml), several seeds
+    python bench/real_reranker.py validate    # every reranker on the fits' held-out training examples (minutes)
     python bench/real_reranker.py eval        # eval.ppl rows on the report text, then eval.compare
     python bench/real_reranker.py all         # every stage in turn
 
@@ -122,6 +123,50 @@ def fit(out: Path, archs: list[str], seeds: list[int], shards: int | None, extra
                  "--trainer.logger.init_args.version", f"seed{seed}", "--export_dir", str(export), *extra])
 
 
+def validate(out: Path, shards: int | None) -> None:
+    """Every reranker found (and the untrained cosine) on the held-out training examples the fits validate
+    on (``val_fraction`` of train-article examples, split by id): the same metrics as the fits' validation
+    (``RerankerSystem.validation_step``), one table. Cheap (no LM forwards: the targets are stored), so it
+    is where levers are compared before any evaluated text is read."""
+    import lightning.pytorch as pl
+    import yaml
+    from safetensors.torch import load_model
+
+    from ralm.cli import quiet_lightning
+    from ralm.precision import lightning_precision
+    from reranking.data import RerankDataModule
+    from reranking.system import RerankerSystem
+
+    quiet_lightning(False)
+    data_dir = training_data(out, shards)
+    rows = [("cosine", "bi", None)] + [(p.name, p.name.split("-")[0], p) for p in
+                                       sorted((out / "rerankers").glob("*-*")) if (p / "reranker.json").exists()]
+    keys = ["nll_reranker", "gap_captured", "mrr", "top1_agreement", "nll_bm25", "nll_oracle", "nll_nodoc"]
+    lines = ["| reranker | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    for name, arch, export in rows:
+        cfg = yaml.safe_load((ROOT / "configs" / "real" / f"fit_{arch}.yaml").read_text())
+        model, d = cfg["model"], cfg["data"]
+        pl.seed_everything(0, verbose=False)
+        system = RerankerSystem(**model)
+        if export is not None:
+            load_model(system.model, str(export / "model.safetensors"), strict=True)
+        dm = RerankDataModule(data_dir=str(data_dir), tokenizer=model["encoder"], val_fraction=d["val_fraction"],
+                              batch_size=d["batch_size"], val_batch_size=d["val_batch_size"],
+                              max_candidates=d["max_candidates"], num_workers=0,
+                              **{k: model[k] for k in ("max_length", "max_prefix_tokens", "architecture",
+                                                       "max_passage_tokens") if k in model})
+        precision, _ = lightning_precision(cfg["trainer"].get("precision", "auto"), "cpu")  # as the fit ran
+        trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, precision=precision)
+        got = trainer.validate(system, datamodule=dm, verbose=False)[0]
+        lines.append(f"| {name} | " + " | ".join(f"{got['val/' + k]:.4f}" for k in keys) + " |")
+        print(lines[-1], flush=True)
+    n = int(got["val/examples"])
+    text = f"{n} held-out training examples ({data_dir.name})\n\n" + "\n".join(lines) + "\n"
+    (out / "validation.md").write_text(text)
+    print(text, flush=True)
+
+
 CHEAP = ["none", "bm25", "cosine"]   # one LM row per stride
 COSTLY = ["zero-shot", "oracle"]      # k LM rows per stride
 
@@ -177,7 +222,7 @@ def seeds_summary(ppl_dir: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=["prepare", "data", "fit", "eval", "all"])
+    ap.add_argument("stage", choices=["prepare", "data", "fit", "validate", "eval", "all"])
     ap.add_argument("--out", default="runs/real", help="where splits, index, runs and tables go")
     ap.add_argument("--archs", default="bi,bi_bm25", help="rerankers to fit (configs/real/fit_ARCH.yaml: bi, bi_bm25, cross)")
     ap.add_argument("--seeds", default="0,1,2", help="training seeds")
@@ -198,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         data(out, extra)
     if a.stage in ("fit", "all"):
         fit(out, a.archs.split(","), [int(s) for s in a.seeds.split(",")], a.shards, extra)
+    if a.stage in ("validate", "all"):
+        validate(out, a.shards)
     if a.stage in ("eval", "all"):
         evaluate(out, a.texts.split(","), a.cheap_texts.split(","), extra)
     return 0
