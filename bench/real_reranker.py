@@ -197,7 +197,8 @@ def evaluate(out: Path, texts: list[str], cheap_texts: list[str], extra: list[st
         if text not in cheap_texts:
             runs[text][3:3] = [eval_run(out, text, r, ["--reranker", r], extra) for r in COSTLY]
     for text in texts:
-        for baseline in ("bm25", "cosine"):
+        untrained = [Path(r).name for r in runs[text] if Path(r).name.endswith("-untrained")]
+        for baseline in ("bm25", "cosine", *untrained):  # an untrained prior: what training adds to it
             run(["-m", "eval.compare", *runs[text], "--baseline", baseline, "--out", str(out / "ppl" / text / f"vs-{baseline}")])
         print(f"\n## {text}\n" + (out / "ppl" / text / "vs-bm25" / "comparison.md").read_text()
               + "\n" + seeds_summary(out / "ppl" / text), flush=True)
