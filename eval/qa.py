@@ -6,7 +6,7 @@
     python -m eval.qa --questions nq-test-dpr.json --model gpt2 --reranker none   # the reference's DPR layout
 
 Retrieval happens once, by the question (BM25 top ``--retrieval.k``, or the file's own ``ctxs``); the
-reranker picks one passage, which goes before ``Question: ...\\nAnswer:``; the LM answers greedily up to
+reranker picks one passage, which goes before ``Q: ...\\nA:``; the LM answers greedily up to
 the first newline. Writes ``predictions.jsonl`` (question, gold, prediction, passage used, EM, F1) and
 ``results.json`` to ``--output_dir``.
 """

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-PROMPT = "{document}\n\nQuestion: {question}\nAnswer:"
-NO_DOC_PROMPT = "Question: {question}\nAnswer:"
+PROMPT = "{document}\n\nQ: {question}\nA:"
+NO_DOC_PROMPT = "Q: {question}\nA:"
 
 
 def normalize_answer(s: str) -> str:
@@ -106,7 +106,7 @@ def choose(question: Question, candidates: list, reranker: str, selector, lm, to
     if not candidates or reranker == "none":
         return -1
     if reranker == "zero-shot":  # the LM's likelihood of the question itself, given each passage
-        nll = _continuation_nll(lm, tok, [doc_of(p) + "\n\nQuestion:" for p in candidates], " " + question.question)
+        nll = _continuation_nll(lm, tok, [doc_of(p) + "\n\nQ:" for p in candidates], " " + question.question)
         return min(range(len(nll)), key=nll.__getitem__)
     if reranker == "oracle":  # the gold answer's likelihood: an upper bound
         prompts = [PROMPT.format(document=doc_of(p), question=question.question) for p in candidates]
@@ -116,11 +116,11 @@ def choose(question: Question, candidates: list, reranker: str, selector, lm, to
 
 
 def answer(lm, tok, prompt: str, max_new_tokens: int) -> str:
-    """Greedy answer to ``prompt``, cut at the first newline."""
+    """Greedy answer to ``prompt``: its first line after any leading blank space."""
     device = next(lm.parameters()).device
     ids = tok(prompt, return_tensors="pt")["input_ids"].to(device)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     with torch.inference_mode():
         out = lm.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                           do_sample=False, pad_token_id=pad, top_k=None)
-    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).split("\n")[0].strip()
+    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).lstrip().split("\n")[0].strip()
