@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full", action="store_true", help="paper settings and the whole test split (GPU)")
     ap.add_argument("--reranker", action="append", default=[], help="also evaluate this trained reranker")
     ap.add_argument("--devices", default="1")
+    ap.add_argument("--tables", default="A,B", help="which tables to run (A, B or A,B)")
     a = ap.parse_args(argv)
     MODEL = a.model
     if not (SHARED / "wikitext-2-raw" / "wiki.test.raw").is_file():
@@ -94,7 +95,18 @@ def main(argv: list[str] | None = None) -> int:
     rerankers = ["none", "bm25", "zero-shot", "oracle", *a.reranker]
     print(f"settings: {' '.join(settings)}", flush=True)
 
-    # A: WikiText-2 train as the corpus, the start of test evaluated (test titles forbidden).
+    tables = a.tables.split(",")
+    if "A" in tables:
+        run_a(out, test, chars, settings, rerankers)
+    if "B" in tables:
+        run_b(out, test, chars, settings, rerankers)
+    for name in tables:
+        print(f"\n## {name}\n" + (out / name / "comparison.md").read_text())
+    return 0
+
+
+def run_a(out: Path, test: str, chars: int, settings: list[str], rerankers: list[str]) -> None:
+    """A: WikiText-2 train as the corpus, the start of test evaluated (test titles forbidden)."""
     text_a = out / "A_eval.txt"
     cut = test.index("\n", chars) + 1 if chars < len(test) else len(test)  # at a line end
     text_a.write_text(test[:cut], encoding="utf-8")
@@ -103,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
              "--out", str(out / "A_corpus")])
     table("A", out, text_a, out / "A_corpus" / "index", settings, rerankers, forbid=True)
 
-    # B: each article's first half indexed, its second half evaluated.
+
+def run_b(out: Path, test: str, chars: int, settings: list[str], rerankers: list[str]) -> None:
+    """B: each article's first half indexed, its second half evaluated."""
     first, second, n = split_halves(test, chars)
     (out / "B_corpus.txt").write_text(first, encoding="utf-8")
     (out / "B_eval.txt").write_text(second, encoding="utf-8")
@@ -111,9 +125,6 @@ def main(argv: list[str] | None = None) -> int:
     if not (out / "B_corpus" / "index").is_dir():
         run(["-m", "ralm.corpus", "--text.file", str(out / "B_corpus.txt"), "--out", str(out / "B_corpus")])
     table("B", out, out / "B_eval.txt", out / "B_corpus" / "index", settings, rerankers, forbid=False)
-    for name in ("A", "B"):
-        print(f"\n## {name}\n" + (out / name / "comparison.md").read_text())
-    return 0
 
 
 MODEL = "smollm2-135m"
