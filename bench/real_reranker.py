@@ -8,7 +8,7 @@
     python bench/real_reranker.py all         # every stage in turn
 
 Splits (docs/METHOD.md §5). For every WikiText-2 article of train, valid and test, its first half is
-indexed (``ralm.text.article_halves``); training prefixes come from the second halves of the *train*
+indexed (``ralm.corpus.article_halves``); training prefixes come from the second halves of the *train*
 articles; settings are chosen on the second halves of the first 20 *valid* articles (``dev``); results
 are reported on the second halves of the first 20 *test* articles (``report``) and re-checked on the
 second halves of test articles 21-40 (``recheck``), which nothing was chosen on. No passage overlaps
@@ -49,7 +49,7 @@ def run(cmd: list[str], log: Path | None = None) -> None:
 def prepare(out: Path) -> None:
     """Write the corpus text (first halves of every article), the four read texts, and index the corpus."""
     sys.path.insert(0, str(ROOT))
-    from ralm.text import article_halves
+    from ralm.corpus import article_halves
 
     texts = out / "texts"
     texts.mkdir(parents=True, exist_ok=True)

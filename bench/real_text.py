@@ -32,9 +32,9 @@ SHARED = ROOT.parent / "shared" / "data"
 
 def split_halves(text: str, max_chars: int) -> tuple[str, str, int]:
     """(first halves, second halves, articles) of the first test articles whose second halves add up
-    to ``max_chars`` characters (``ralm.text.article_halves``)."""
+    to ``max_chars`` characters (``ralm.corpus.article_halves``)."""
     sys.path.insert(0, str(ROOT))
-    from ralm.text import article_halves
+    from ralm.corpus import article_halves
 
     first, second, used = [], [], 0
     for _, a, b in article_halves(text):

@@ -18,35 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ralm.corpus import split_articles
+
 from .config import BuildError
-
-
-def split_articles(text: str) -> tuple[list[str], list[str]]:
-    """Cut ``text`` before each level-1 heading line; returns (pieces, titles).
-
-    ``"".join(pieces) == text``. The piece before the first heading (if any) has title ``""``.
-    Headings and titles (as written in the text) are recognised exactly as ``ralm.corpus`` does
-    when it builds passages (a heading must follow a blank line), so the titles match the corpus's.
-    """
-    from ralm.corpus import (
-        _classify,  # the one definition of "heading" (shared with the corpus)
-    )
-
-    lines = text.splitlines(keepends=True)
-    pieces: list[str] = []
-    titles: list[str] = []
-    start, title, pos = 0, "", 0
-    for line, (kind, value) in zip(lines, _classify(lines)):
-        if kind == "title":
-            if pos > start:
-                pieces.append(text[start:pos])
-                titles.append(title)
-            start, title = pos, value
-        pos += len(line)
-    if pos > start:
-        pieces.append(text[start:pos])
-        titles.append(title)
-    return pieces, titles
 
 
 @dataclass

@@ -400,7 +400,7 @@ def stride_articles(tokenizer, body: str, wins, stride_index) -> "np.ndarray | N
     resample whole articles (eval.compare); None when the tokenizer gives no character offsets."""
     import numpy as np
 
-    from data_gen.sample import split_articles
+    from ralm.corpus import split_articles
 
     try:
         enc = tokenizer(body, add_special_tokens=False, return_offsets_mapping=True)

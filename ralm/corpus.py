@@ -35,6 +35,8 @@ from ralm.settings import WIKITEXT103_TRAIN, InputError, Text
 
 __all__ = [
     "iter_articles",
+    "split_articles",
+    "article_halves",
     "iter_passages",
     "forbidden_titles",
     "detokenize_title",
@@ -72,6 +74,63 @@ def _classify(text: str | Iterable[str]) -> Iterator[tuple[str, str]]:
         else:
             yield "line", line
         prev_blank = not line.strip()
+
+
+def split_articles(text: str) -> tuple[list[str], list[str]]:
+    """Cut ``text`` before each level-1 heading line; returns (pieces, titles).
+
+    ``"".join(pieces) == text``. The piece before the first heading (if any) has title ``""``.
+    Headings and titles (as written in the text) are recognised exactly as ``ralm.corpus`` does
+    when it builds passages (a heading must follow a blank line), so the titles match the corpus's.
+    """
+    lines = text.splitlines(keepends=True)
+    pieces: list[str] = []
+    titles: list[str] = []
+    start, title, pos = 0, "", 0
+    for line, (kind, value) in zip(lines, _classify(lines)):
+        if kind == "title":
+            if pos > start:
+                pieces.append(text[start:pos])
+                titles.append(title)
+            start, title = pos, value
+        pos += len(line)
+    if pos > start:
+        pieces.append(text[start:pos])
+        titles.append(title)
+    return pieces, titles
+
+
+def article_halves(text: str) -> list[tuple[str, str, str]]:
+    """``(title, first half, second half)`` of every titled article of a raw-WikiText-layout text.
+
+    Each half keeps the article's heading block (so both are titled like the article) and ends with a
+    blank line, so that halves joined back to back keep WikiText's layout (a heading follows a blank
+    line; without it :func:`iter_articles` reads the next article's heading as text of this one). The cut
+    falls between paragraphs, before the middle non-empty paragraph line. Articles with fewer than four
+    paragraph lines are skipped (no half would be worth indexing or reading). The split behind the
+    leak-free related corpora (docs/METHOD.md §5): index the first halves, read the second halves.
+    """
+    pieces, titles = split_articles(text)
+    out = []
+    for piece, title in zip(pieces, titles):
+        if not title:
+            continue
+        lines = piece.splitlines(keepends=True)
+        head, body = lines[:3], lines[3:]  # " = Title = \n", " \n", the first paragraph
+        paras = [i for i, line in enumerate(body) if line.strip()]
+        if len(paras) < 4:
+            continue
+        cut = paras[len(paras) // 2]
+        out.append((title, _blank_ended(head + body[:cut]), _blank_ended(head + body[cut:])))
+    return out
+
+
+def _blank_ended(lines: list[str]) -> str:
+    """The lines joined, with WikiText's blank line (" \\n") appended unless the last line is blank."""
+    text = "".join(lines)
+    if not text.endswith("\n"):
+        text += "\n"
+    return text if lines and not lines[-1].strip() else text + " \n"
 
 
 def iter_articles(text: str | Iterable[str]) -> Iterator[tuple[str, str]]:

@@ -83,7 +83,7 @@ def test_article_halves_joined_back_to_back_keep_every_article_and_title():
     titles and texts, with no heading read as text (it was: half the real corpus's passages carried the
     title of an article several places earlier)."""
     from ralm.corpus import iter_articles
-    from ralm.text import article_halves
+    from ralm.corpus import article_halves
 
     def article(title, n):
         return f" \n = {title} = \n \n" + "".join(f" {title} paragraph {i} says something .\n" for i in range(n))

@@ -255,7 +255,8 @@ def test_index_without_raw_text_is_refused(dg_inputs, tmp_path, capsys):
 def test_article_split_tokenization_equals_whole_text(source, wiki_text, tiny_gpt2_dir):
     from transformers import AutoTokenizer
 
-    from data_gen.sample import split_articles, tokenize_text
+    from data_gen.sample import tokenize_text
+    from ralm.corpus import split_articles
 
     if source == "wiki_text":
         text, tok = wiki_text, AutoTokenizer.from_pretrained(tiny_gpt2_dir)
@@ -312,7 +313,8 @@ def test_whole_text_fallback_matches_article_split(wiki_text, tiny_gpt2_dir):
     """Tokenizers that merge across headings get one whole-text call; articles found by offsets agree."""
     from transformers import AutoTokenizer
 
-    from data_gen.sample import _tokenize_whole, split_articles, tokenize_text
+    from data_gen.sample import _tokenize_whole, tokenize_text
+    from ralm.corpus import split_articles
 
     tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
     a = tokenize_text(tok, wiki_text, progress=False)
