@@ -65,7 +65,7 @@ def generate(prompt: str | None = None, prompts_file: str | None = None, model: 
                          "generation; use none, bm25, random, cosine or a trained reranker")
     from eval.ppl import _check_reranker, make_selector
     from ralm.models import load_causal_lm
-    from ralm.scoring import context_length
+    from ralm.scoring import context_length, input_device
     from ralm.generate import generate as ralm_generate
 
     uses_docs = _check_reranker(reranker, ranker)
@@ -74,7 +74,7 @@ def generate(prompt: str | None = None, prompts_file: str | None = None, model: 
     lm, tok = load_causal_lm(model, device)
     L = windows.fitted(context_length(lm))
     selector = make_selector(reranker, ranker, model, seed, windows=windows, max_length=L, scoring=Scoring()).to(
-        next(lm.parameters()).device)
+        input_device(lm))
     search = None
     if uses_docs:
         from ralm.retrieval import check_index

@@ -92,12 +92,13 @@ def _candidates(qs, retrieval: Retrieval, verbose: bool) -> list[list]:
     from ralm.search_process import SearchProcess
 
     check_index(retrieval.index)
+    asked = [q for q in qs if q.ctxs is None]  # a question whose file gave ctxs is not searched
     sp = SearchProcess(retrieval.index, k1=retrieval.k1, b=retrieval.b, verbose=verbose)
     try:
-        hits = sp.search([q.question for q in qs], retrieval.k)
+        hits = iter(sp.search([q.question for q in asked], retrieval.k))
     finally:
         sp.close()
-    return [q.ctxs if q.ctxs is not None else h for q, h in zip(qs, hits)]
+    return [q.ctxs if q.ctxs is not None else next(hits) for q in qs]
 
 
 def _write(out: Path, rows: list[dict], meta: dict) -> dict:

@@ -50,8 +50,10 @@ def context_row(ids: Sequence[int], doc: Sequence[int] | None, end: int, max_len
 def _stride_ids(lm, rows: list[list[int]], pad_id: int, new_tokens: int, sample: bool, temperature: float,
                 top_p: float, generator_seed: int, eos: int | None) -> list[list[int]]:
     """``new_tokens`` tokens after each row, all rows in one left-padded ``generate`` call."""
+    from ralm.scoring import input_device
+
     width = max(len(r) for r in rows)
-    device = next(lm.parameters()).device
+    device = input_device(lm)
     input_ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows], device=device)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
     torch.manual_seed(generator_seed)
@@ -85,9 +87,7 @@ def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, k:
         stop: end a continuation at the first occurrence of this string (kept out of the text).
         on_tokens: called with (prompt index, new text) as each stride is written (streaming).
     """
-    from ralm.retrieval import query_text
     from ralm.scoring import DocumentEncoder
-    from ralm.selectors import StrideBatch
 
     if selector.needs_lm_scores:
         raise ValueError(f"reranker {selector.name!r} ranks with LM scores of future tokens; generation offers "
@@ -105,8 +105,7 @@ def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, k:
     written = 0
     while live and written < max_new_tokens:
         s = min(stride, max_new_tokens - written)
-        chosen = _choose(selector, search, tokenizer, [ids[b] for b in live], k, s, query_tokens, max_length,
-                         StrideBatch, query_text, written)
+        chosen = _choose(selector, search, tokenizer, [ids[b] for b in live], k, s, query_tokens, max_length, written)
         doc_ids = docs([c.document() for c, _, _ in chosen if c is not None])
         it = iter(doc_ids)
         rows = [context_row(ids[b], next(it) if c is not None else None, len(ids[b]) + s, max_length)
@@ -124,8 +123,11 @@ def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, k:
     return gens
 
 
-def _choose(selector, search, tokenizer, contexts, k, s, query_tokens, max_length, StrideBatch, query_text, written):
+def _choose(selector, search, tokenizer, contexts, k, s, query_tokens, max_length, written):
     """(passage or None, its BM25 rank or None, the query) per context."""
+    from ralm.retrieval import query_text
+    from ralm.selectors import StrideBatch
+
     if not selector.uses_documents:
         return [(None, None, "") for _ in contexts]
     queries = [query_text(tokenizer, c, len(c), query_tokens) for c in contexts]

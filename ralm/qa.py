@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from ralm.scoring import input_device
+
 PROMPT = "{document}\n\nQ: {question}\nA:"
 NO_DOC_PROMPT = "Q: {question}\nA:"
 
@@ -87,7 +89,7 @@ def read_questions(path: str | Path) -> list[Question]:
 
 def _continuation_nll(lm, tok, contexts: list[str], continuation: str) -> list[float]:
     """Summed NLL of ``continuation`` after each context (one forward per context; no padding)."""
-    device = next(lm.parameters()).device
+    device = input_device(lm)
     cont = tok(continuation, add_special_tokens=False)["input_ids"]
     out = []
     for c in contexts:
@@ -117,7 +119,7 @@ def choose(question: Question, candidates: list, reranker: str, selector, lm, to
 
 def answer(lm, tok, prompt: str, max_new_tokens: int) -> str:
     """Greedy answer to ``prompt``: its first line after any leading blank space."""
-    device = next(lm.parameters()).device
+    device = input_device(lm)
     ids = tok(prompt, return_tensors="pt")["input_ids"].to(device)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     with torch.inference_mode():
