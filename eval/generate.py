@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from eval.ppl import Ranker
@@ -50,8 +51,30 @@ def generate(prompt: str | None = None, prompts_file: str | None = None, model: 
         verbose: Show library and Java logging.
     """
     from ralm.cli import quiet_libraries
+    from ralm.generate import Decoding
 
     quiet_libraries(verbose)
+    prompts = _read_prompts(prompt, prompts_file)
+    decoding = Decoding(max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, top_p=top_p,
+                        seed=seed, stop=stop)
+    lm, tok, selector, search, windows = _open(model, reranker, retrieval, windows, ranker, seed, device, verbose)
+    try:
+        rows = _generate_batches(lm, tok, prompts, selector, search, retrieval, windows, decoding, batch_size)
+    finally:
+        if search is not None:
+            search.close()
+    for r in rows:
+        r.update(model=model, reranker=reranker)
+    if out:
+        from ralm.files import atomic_write
+
+        atomic_write(Path(out), lambda t: Path(t).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                                                     for r in rows)))
+        print(f"[eval.generate] {len(rows)} generation(s) with their passages -> {out}", file=sys.stderr)
+    return rows
+
+
+def _read_prompts(prompt: str | None, prompts_file: str | None) -> list[str]:
     prompts = [prompt.replace("\\n", "\n")] if prompt else []
     if prompts_file:
         path = Path(prompts_file)
@@ -60,21 +83,26 @@ def generate(prompt: str | None = None, prompts_file: str | None = None, model: 
         prompts += [line.rstrip("\n").replace("\\n", "\n") for line in path.read_text().splitlines() if line.strip()]
     if not prompts:
         raise InputError("no prompt: pass --prompt TEXT or --prompts_file FILE (one prompt per line)")
+    return prompts
+
+
+def _open(model, reranker, retrieval: Retrieval, windows: Windows, ranker: Ranker, seed, device, verbose):
+    """The LM, its tokenizer, the selector, the search process (None for ``none``) and the windows with L
+    fitted to the LM; the reranker is refused before anything loads when generation cannot use it."""
     if reranker in ("zero-shot", "oracle"):
         raise InputError(f"--reranker {reranker}: ranks with LM scores of future tokens and is not offered for "
                          "generation; use none, bm25, random, cosine or a trained reranker")
     from eval.ppl import _check_reranker, make_selector
     from ralm.models import load_causal_lm
     from ralm.scoring import context_length, input_device
-    from ralm.generate import generate as ralm_generate
 
     uses_docs = _check_reranker(reranker, ranker)
     if uses_docs and not retrieval.index:
         raise InputError(f"--reranker {reranker} needs --retrieval.index (a Lucene index of passages)")
     lm, tok = load_causal_lm(model, device)
-    L = windows.fitted(context_length(lm))
-    selector = make_selector(reranker, ranker, model, seed, windows=windows, max_length=L, scoring=Scoring()).to(
-        input_device(lm))
+    windows = replace(windows, max_length=windows.fitted(context_length(lm)))
+    selector = make_selector(reranker, ranker, model, seed, windows=windows, max_length=windows.max_length,
+                             scoring=Scoring()).to(input_device(lm))
     search = None
     if uses_docs:
         from ralm.retrieval import check_index
@@ -82,30 +110,23 @@ def generate(prompt: str | None = None, prompts_file: str | None = None, model: 
 
         check_index(retrieval.index)
         search = SearchProcess(retrieval.index, k1=retrieval.k1, b=retrieval.b, verbose=verbose)
+    return lm, tok, selector, search, windows
+
+
+def _generate_batches(lm, tok, prompts, selector, search, retrieval, windows, decoding, batch_size) -> list[dict]:
+    """Generations as JSON-ready rows; one prompt streams its text to stdout, several print a line each."""
+    from ralm.generate import generate as ralm_generate
+
     stream = (lambda b, text: print(text, end="", flush=True)) if len(prompts) == 1 else None
     rows = []
-    try:
-        for i in range(0, len(prompts), batch_size):
-            gens = ralm_generate(lm, tok, prompts[i:i + batch_size], selector, search, k=retrieval.k,
-                                 stride=windows.stride, query_tokens=retrieval.query_tokens, max_length=L,
-                                 doc_max_tokens=windows.doc_max_tokens, max_new_tokens=max_new_tokens, sample=sample,
-                                 temperature=temperature, top_p=top_p, seed=seed, stop=stop, on_tokens=stream)
-            for g in gens:
-                rows.append({"prompt": g.prompt, "text": g.text, "token_ids": g.token_ids, "retrievals": g.retrievals,
-                             "model": model, "reranker": reranker})
-                if stream is None:
-                    print(json.dumps({"prompt": g.prompt, "text": g.text}, ensure_ascii=False), flush=True)
-    finally:
-        if search is not None:
-            search.close()
+    for i in range(0, len(prompts), batch_size):
+        for g in ralm_generate(lm, tok, prompts[i:i + batch_size], selector, search, retrieval=retrieval,
+                               windows=windows, decoding=decoding, on_tokens=stream):
+            rows.append({"prompt": g.prompt, "text": g.text, "token_ids": g.token_ids, "retrievals": g.retrievals})
+            if stream is None:
+                print(json.dumps({"prompt": g.prompt, "text": g.text}, ensure_ascii=False), flush=True)
     if stream is not None:
         print(flush=True)
-    if out:
-        from ralm.files import atomic_write
-
-        atomic_write(Path(out), lambda t: Path(t).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                                                     for r in rows)))
-        print(f"[eval.generate] {len(rows)} generation(s) with their passages -> {out}", file=sys.stderr)
     return rows
 
 

@@ -22,6 +22,21 @@ from typing import Callable, Sequence
 
 import torch
 
+from ralm.settings import Retrieval, Windows
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How tokens are drawn: greedy by default; sampling draws from ``seed`` (the same prompts in the same
+    batch give the same text); ``stop`` ends a continuation at its first occurrence (kept out of the text)."""
+
+    max_new_tokens: int = 64
+    sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    stop: str | None = None
+
 
 @dataclass
 class Generation:
@@ -47,8 +62,8 @@ def context_row(ids: Sequence[int], doc: Sequence[int] | None, end: int, max_len
     return doc + list(ids[begin:])
 
 
-def _stride_ids(lm, rows: list[list[int]], pad_id: int, new_tokens: int, sample: bool, temperature: float,
-                top_p: float, generator_seed: int, eos: int | None) -> list[list[int]]:
+def _stride_ids(lm, rows: list[list[int]], pad_id: int, new_tokens: int, decoding: Decoding, seed: int,
+                eos: int | None) -> list[list[int]]:
     """``new_tokens`` tokens after each row, all rows in one left-padded ``generate`` call."""
     from ralm.scoring import input_device
 
@@ -56,8 +71,9 @@ def _stride_ids(lm, rows: list[list[int]], pad_id: int, new_tokens: int, sample:
     device = input_device(lm)
     input_ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows], device=device)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
-    torch.manual_seed(generator_seed)
-    kwargs = {"do_sample": True, "temperature": temperature, "top_p": top_p} if sample else {"do_sample": False}
+    torch.manual_seed(seed)
+    kwargs = ({"do_sample": True, "temperature": decoding.temperature, "top_p": decoding.top_p} if decoding.sample
+              else {"do_sample": False})
     with torch.inference_mode():
         out = lm.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=new_tokens,
                           min_new_tokens=new_tokens if eos is None else 0, pad_token_id=pad_id,
@@ -68,23 +84,19 @@ def _stride_ids(lm, rows: list[list[int]], pad_id: int, new_tokens: int, sample:
     return new
 
 
-def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, k: int = 8, stride: int = 4,
-             query_tokens: int = 32, max_length: int = 1024, doc_max_tokens: int = 256, max_new_tokens: int = 64,
-             sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-             stop: str | None = None, on_tokens: Callable[[int, str], None] | None = None) -> list[Generation]:
-    """Continue every prompt with retrieval every ``stride`` tokens (batched over prompts).
+def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, retrieval: Retrieval = Retrieval(),
+             windows: Windows = Windows(), decoding: Decoding = Decoding(),
+             on_tokens: Callable[[int, str], None] | None = None) -> list[Generation]:
+    """Continue every prompt with retrieval every ``windows.stride`` tokens (batched over prompts).
 
     Args:
         lm, tokenizer: a frozen causal LM and its tokenizer (``ralm.models.load_causal_lm``).
         selector: a :class:`ralm.selectors.Selector` that needs no LM scores.
         search: ``search(queries, k) -> list[list[Passage]]`` (a ``SearchProcess`` or ``BM25Retriever``);
             unused by ``none``.
-        k, stride, query_tokens, max_length, doc_max_tokens: as ``eval.ppl``'s ``--retrieval.k``,
-            ``--windows.stride``, ``--retrieval.query_tokens``, ``--windows.max_length``,
-            ``--windows.doc_max_tokens``.
-        sample, temperature, top_p, seed: greedy by default; sampling draws from ``seed`` (the same
-            prompts in the same batch give the same text).
-        stop: end a continuation at the first occurrence of this string (kept out of the text).
+        retrieval: ``k`` and ``query_tokens`` as in ``eval.ppl`` (the index is ``search``'s).
+        windows: ``stride``, ``max_length`` (already fitted to the LM) and ``doc_max_tokens`` as in ``eval.ppl``.
+        decoding: greedy or sampled, how many tokens, where to stop.
         on_tokens: called with (prompt index, new text) as each stride is written (streaming).
     """
     from ralm.scoring import DocumentEncoder
@@ -94,43 +106,45 @@ def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, k:
                          "none, bm25, random, cosine and trained rerankers")
     if selector.uses_documents and search is None:
         raise ValueError(f"reranker {selector.name!r} needs a retriever (search)")
+    stride, max_length = windows.stride, windows.max_length
     if not 1 <= stride < max_length:
         raise ValueError(f"stride must be in [1, max_length), got {stride}")
-    docs = DocumentEncoder(tokenizer, doc_max_tokens)
+    docs = DocumentEncoder(tokenizer, windows.doc_max_tokens)
     ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
     gens = [Generation(p, "", []) for p in prompts]
     live = list(range(len(prompts)))
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     pad = pad if pad is not None else (eos if eos is not None else 0)
     written = 0
-    while live and written < max_new_tokens:
-        s = min(stride, max_new_tokens - written)
-        chosen = _choose(selector, search, tokenizer, [ids[b] for b in live], k, s, query_tokens, max_length, written)
+    while live and written < decoding.max_new_tokens:
+        s = min(stride, decoding.max_new_tokens - written)
+        chosen = _choose(selector, search, tokenizer, [ids[b] for b in live], retrieval, s, max_length, written)
         doc_ids = docs([c.document() for c, _, _ in chosen if c is not None])
         it = iter(doc_ids)
         rows = [context_row(ids[b], next(it) if c is not None else None, len(ids[b]) + s, max_length)
                 for b, (c, _, _) in zip(live, chosen)]
-        new = _stride_ids(lm, rows, pad, s, sample, temperature, top_p, seed * 1_000_003 + written, eos)
+        new = _stride_ids(lm, rows, pad, s, decoding, decoding.seed * 1_000_003 + written, eos)
         for b, (c, rank, query), toks in zip(live, chosen, new):
             gens[b].retrievals.append({"token": len(gens[b].token_ids), "query": query, "rank": rank,
                                        "docid": c.docid if c else None, "title": c.title if c else None})
             ids[b] += toks
             gens[b].token_ids += toks
         written += s
-        live = _still_live(live, gens, new, tokenizer, eos, stop, on_tokens, s)
+        live = _still_live(live, gens, new, tokenizer, eos, decoding.stop, on_tokens, s)
     for g in gens:
-        g.text = _final_text(tokenizer, g.token_ids, stop)
+        g.text = _final_text(tokenizer, g.token_ids, decoding.stop)
     return gens
 
 
-def _choose(selector, search, tokenizer, contexts, k, s, query_tokens, max_length, written):
+def _choose(selector, search, tokenizer, contexts, retrieval: Retrieval, s, max_length, written):
     """(passage or None, its BM25 rank or None, the query) per context."""
     from ralm.retrieval import query_text
     from ralm.selectors import StrideBatch
 
     if not selector.uses_documents:
         return [(None, None, "") for _ in contexts]
-    queries = [query_text(tokenizer, c, len(c), query_tokens) for c in contexts]
+    k = retrieval.k
+    queries = [query_text(tokenizer, c, len(c), retrieval.query_tokens) for c in contexts]
     cands = [list(c[:k]) for c in search.search(queries, k)]
     prefixes = ([tokenizer.decode(c[max(0, len(c) + s - max_length):]) for c in contexts] if selector.reads_prefix
                 else [""] * len(contexts))

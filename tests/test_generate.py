@@ -44,20 +44,23 @@ def search(bm25_corpus):
 def test_greedy_bm25_generation_equals_the_plain_transcription(tiny_gpt2_dir, search, max_length):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ralm.generate import generate
+    from ralm.generate import Decoding, generate
     from ralm.selectors import BM25First
+    from ralm.settings import Retrieval, Windows
 
     lm = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
     settings = dict(k=4, stride=5, query_tokens=8, max_length=max_length, doc_max_tokens=16)
-    gens = generate(lm, tok, PROMPTS, BM25First(), search, max_new_tokens=13, **settings)
+    core = dict(retrieval=Retrieval(k=4, query_tokens=8), windows=Windows(stride=5, max_length=max_length,
+                doc_max_tokens=16), decoding=Decoding(max_new_tokens=13))
+    gens = generate(lm, tok, PROMPTS, BM25First(), search, **core)
     for prompt, g in zip(PROMPTS, gens):
         want, docids = plain_generation(lm, tok, prompt, search, n_new=13, **settings)
         assert g.token_ids == want, prompt
         assert [r["docid"] for r in g.retrievals] == docids and [r["token"] for r in g.retrievals] == [0, 5, 10]
         assert [r["rank"] for r in g.retrievals] == [0 if d else None for d in docids] and g.text == tok.decode(want)
         assert any(docids), "no query found a passage: the test would not exercise the placement"
-    alone = generate(lm, tok, PROMPTS[1:2], BM25First(), search, max_new_tokens=13, **settings)[0]
+    alone = generate(lm, tok, PROMPTS[1:2], BM25First(), search, **core)[0]
     assert alone.token_ids == gens[1].token_ids  # left padding in a batch changes nothing
 
 
@@ -80,18 +83,21 @@ def test_context_row_is_the_evaluation_row():
 def test_sampling_is_seeded_and_the_stop_string_ends_a_continuation(tiny_gpt2_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ralm.generate import generate
+    from ralm.generate import Decoding, generate
     from ralm.selectors import NoRetrieval
+    from ralm.settings import Windows
 
     lm = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
-    run = lambda seed, **kw: generate(lm, tok, PROMPTS, NoRetrieval(), max_new_tokens=12, stride=4, sample=True,
-                                      seed=seed, **kw)
+    w = Windows(stride=4)
+    run = lambda seed: generate(lm, tok, PROMPTS, NoRetrieval(), windows=w,
+                                decoding=Decoding(max_new_tokens=12, sample=True, seed=seed))
     a, b, c = run(0), run(0), run(1)
     assert [g.token_ids for g in a] == [g.token_ids for g in b] != [g.token_ids for g in c]
-    greedy = generate(lm, tok, PROMPTS[:1], NoRetrieval(), max_new_tokens=12, stride=4)[0]
+    greedy = generate(lm, tok, PROMPTS[:1], NoRetrieval(), windows=w, decoding=Decoding(max_new_tokens=12))[0]
     word = greedy.text.split()[2]
-    stopped = generate(lm, tok, PROMPTS[:1], NoRetrieval(), max_new_tokens=12, stride=4, stop=word)[0]
+    stopped = generate(lm, tok, PROMPTS[:1], NoRetrieval(), windows=w,
+                       decoding=Decoding(max_new_tokens=12, stop=word))[0]
     assert word not in stopped.text and greedy.text.startswith(stopped.text)
     assert all(r["docid"] is None for r in greedy.retrievals)
 
@@ -102,8 +108,9 @@ def test_the_command_writes_each_generation_with_its_passages(tmp_path, tiny_gpt
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eval.generate import main
-    from ralm.generate import generate
+    from ralm.generate import Decoding, generate
     from ralm.selectors import BM25First
+    from ralm.settings import Retrieval, Windows
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(p.replace("\n", "\\n") for p in PROMPTS) + "\n")
@@ -115,8 +122,8 @@ def test_the_command_writes_each_generation_with_its_passages(tmp_path, tiny_gpt
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     lm = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir).eval()
     tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
-    want = generate(lm, tok, PROMPTS, BM25First(), search, k=4, stride=5, query_tokens=8, max_length=48,
-                    doc_max_tokens=16, max_new_tokens=13)
+    want = generate(lm, tok, PROMPTS, BM25First(), search, retrieval=Retrieval(k=4, query_tokens=8),
+                    windows=Windows(stride=5, max_length=48, doc_max_tokens=16), decoding=Decoding(max_new_tokens=13))
     assert [r["prompt"] for r in rows] == PROMPTS
     assert [r["token_ids"] for r in rows] == [g.token_ids for g in want]
     assert [r["retrievals"] for r in rows] == [g.retrievals for g in want]
