@@ -43,7 +43,7 @@ def qa(questions: str, model: str = "gpt2", reranker: str = "bm25", retrieval: R
         verbose: Show library and Java logging.
     """
     from ralm.cli import quiet_libraries
-    from ralm.qa import NO_DOC_PROMPT, PROMPT, answer, choose, exact_match, f1, read_questions
+    from ralm.qa import NO_DOC_PROMPT, PROMPT, answer, choose, contains_answer, exact_match, f1, read_questions
 
     quiet_libraries(verbose)
     t0 = time.time()
@@ -78,7 +78,8 @@ def qa(questions: str, model: str = "gpt2", reranker: str = "bm25", retrieval: R
         pred = answer(lm, tok, prompt, max_new_tokens)
         rows.append({"question": q.question, "answers": q.answers, "prediction": pred,
                      "passage": c[pick].docid if pick >= 0 else None, "rank": pick if pick >= 0 else None,
-                     "em": exact_match(pred, q.answers), "f1": f1(pred, q.answers)})
+                     "em": exact_match(pred, q.answers), "f1": f1(pred, q.answers),
+                     "contains": contains_answer(pred, q.answers)})
         if (i + 1) % 50 == 0 or i + 1 == len(qs):
             print(f"[eval.qa] {i + 1}/{len(qs)} questions, EM {sum(r['em'] for r in rows) / len(rows):.3f}",
                   file=sys.stderr, flush=True)
@@ -107,11 +108,13 @@ def _write(out: Path, rows: list[dict], meta: dict) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     n = len(rows)
     results = {"questions": n, "exact_match": sum(r["em"] for r in rows) / n, "f1": sum(r["f1"] for r in rows) / n,
+               "contains_answer": sum(r["contains"] for r in rows) / n,
                "with_passage": sum(r["passage"] is not None for r in rows) / n, **meta}
     atomic_write(out / "predictions.jsonl", lambda t: Path(t).write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)))
     atomic_write(out / "results.json", lambda t: Path(t).write_text(json.dumps(results, indent=1) + "\n"))
-    print(f"{meta['reranker']}: EM {results['exact_match']:.3f}, F1 {results['f1']:.3f} on {n} questions -> {out}")
+    print(f"{meta['reranker']}: EM {results['exact_match']:.3f}, F1 {results['f1']:.3f}, answer contained "
+          f"{results['contains_answer']:.3f} on {n} questions -> {out}")
     return results
 
 

@@ -39,6 +39,13 @@ def exact_match(prediction: str, answers: list[str]) -> float:
     return float(any(normalize_answer(prediction) == normalize_answer(a) for a in answers))
 
 
+def contains_answer(prediction: str, answers: list[str]) -> float:
+    """1 where a normalised gold answer occurs as whole words in the normalised prediction: the accuracy used
+    for models that answer in a sentence ("He lives in Saibror.") where exact match sees only the short form."""
+    pred = f" {normalize_answer(prediction)} "
+    return float(any(normalize_answer(a) and f" {normalize_answer(a)} " in pred for a in answers))
+
+
 def f1(prediction: str, answers: list[str]) -> float:
     def one(pred: str, gold: str) -> float:
         p, g = normalize_answer(pred).split(), normalize_answer(gold).split()

@@ -10,12 +10,15 @@ import torch
 
 
 def test_squad_normalisation_exact_match_and_f1():
-    from ralm.qa import exact_match, f1, normalize_answer
+    from ralm.qa import contains_answer, exact_match, f1, normalize_answer
 
     assert normalize_answer("The  Cat, sat!") == "cat sat"
     assert exact_match("the cat sat", ["A cat sat.", "dog"]) == 1.0 and exact_match("cat", ["dog"]) == 0.0
     assert f1("the cat sat", ["a cat sat down"]) == pytest.approx(0.8)  # P 2/2, R 2/3
     assert f1("cat cat", ["cat"]) == pytest.approx(2 / 3) and f1("", ["cat"]) == 0.0 and f1("", [""]) == 1.0
+    assert contains_answer("He lives in Saibror .", ["saibror"]) == 1.0
+    assert contains_answer("The cat.", ["a cat"]) == 1.0
+    assert contains_answer("concatenate", ["cat"]) == 0.0 and contains_answer("anything", [""]) == 0.0  # whole words
 
 
 def test_question_files_json_lines_and_dpr_layout(tmp_path):
@@ -61,7 +64,7 @@ def test_the_command_answers_and_scores(world_qa, tiny_gpt2_dir, reranker):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eval.qa import main
-    from ralm.qa import PROMPT, _continuation_nll, exact_match, f1
+    from ralm.qa import PROMPT, _continuation_nll, contains_answer, exact_match, f1
 
     out = world_qa / "runs" / reranker
     assert main(["--questions", str(world_qa / "qa.jsonl"), "--model", str(tiny_gpt2_dir), "--reranker", reranker,
@@ -72,6 +75,8 @@ def test_the_command_answers_and_scores(world_qa, tiny_gpt2_dir, reranker):
     assert len(rows) == res["questions"] == 12
     assert res["exact_match"] == pytest.approx(sum(exact_match(r["prediction"], r["answers"]) for r in rows) / 12)
     assert res["f1"] == pytest.approx(sum(f1(r["prediction"], r["answers"]) for r in rows) / 12)
+    contained = [contains_answer(r["prediction"], r["answers"]) for r in rows]
+    assert res["contains_answer"] == pytest.approx(sum(contained) / 12)
     ranks = [r["rank"] for r in rows]
     if reranker == "none":
         assert ranks == [None] * 12
