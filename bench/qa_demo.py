@@ -57,12 +57,22 @@ def row(out: Path, questions: Path, reranker: str, k: int) -> Path:
     return d
 
 
-def per_question(d: Path) -> dict[str, np.ndarray]:
+def titles(out: Path) -> dict[str, str]:
+    """Passage id -> title (the first line of a passage of ``ralm.corpus``'s JSON lines)."""
+    return {p["id"]: p["contents"].split("\n", 1)[0] for f in sorted((out / "corpus" / "jsonl").glob("*.jsonl"))
+            for p in map(json.loads, f.read_text().splitlines())}
+
+
+def per_question(d: Path, questions: Path, title: dict[str, str]) -> dict[str, np.ndarray]:
+    """Each metric per question, and whether the passage given was the asked person's own."""
     from ralm.qa import contains_answer, exact_match, f1
 
     rows = [json.loads(line) for line in (d / "predictions.jsonl").read_text().splitlines()]
+    asked = [json.loads(line)["person"] for line in questions.read_text().splitlines()]
     score = {"em": exact_match, "f1": f1, "contains": contains_answer}  # recomputed: rows of any version agree
-    return {m: np.array([score[m](r["prediction"], r["answers"]) for r in rows]) for m, _ in METRICS}
+    out = {m: np.array([score[m](r["prediction"], r["answers"]) for r in rows]) for m, _ in METRICS}
+    out["own"] = np.array([title.get(r["passage"]) == who for r, who in zip(rows, asked)], dtype=float)
+    return out
 
 
 def table(rows: dict[str, dict[str, np.ndarray]], baseline: str, seed: int = 0) -> str:
@@ -70,15 +80,17 @@ def table(rows: dict[str, dict[str, np.ndarray]], baseline: str, seed: int = 0) 
     base = rows[baseline]["contains"]
     idx = rng.integers(0, len(base), size=(10_000, len(base)))
     lines = ["| reranker | " + " | ".join(n for _, n in METRICS) + f" | contained vs {baseline} [95% CI] | "
-             f"questions won / lost vs {baseline} |", "|---|" + "---|" * (len(METRICS) + 2)]
+             f"questions won / lost vs {baseline} | asked person's own passage |",
+             "|---|" + "---|" * (len(METRICS) + 3)]
     for name, r in rows.items():
         diff = r["contains"] - base
         lo, hi = np.percentile(diff[idx].mean(axis=1), [2.5, 97.5])
         cells = " | ".join(f"{r[m].mean():.3f}" for m, _ in METRICS)
         vs = "-" if name == baseline else f"{diff.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
         won = "-" if name == baseline else f"{int((diff > 0).sum())} / {int((diff < 0).sum())}"
-        lines.append(f"| {name} | {cells} | {vs} | {won} |")
-    return "\n".join(lines) + f"\n\n{len(base)} questions; SmolLM2-135M-Instruct, greedy, one passage of the BM25 top k."
+        own = "-" if name == "none" else f"{r['own'].mean():.1%}"
+        lines.append(f"| {name} | {cells} | {vs} | {won} | {own} |")
+    return "\n".join(lines) + f"\n\n{len(base)} questions; SmolLM2-135M-Instruct, greedy, one passage of BM25's top k."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     questions = prepare(out)
     dirs = {r: row(out, questions, r, a.k) for r in a.rerankers.split(",")}
-    rows = {d.name: per_question(d) for d in dirs.values()}
+    title = titles(out)
+    rows = {d.name: per_question(d, questions, title) for d in dirs.values()}
     text = table(rows, "bm25" if "bm25" in rows else next(iter(rows)))
     (out / "table.md").write_text(text + "\n")
     print("\n" + text)
