@@ -58,9 +58,11 @@ def row(out: Path, questions: Path, reranker: str, k: int) -> Path:
 
 
 def titles(out: Path) -> dict[str, str]:
-    """Passage id -> title (the first line of a passage of ``ralm.corpus``'s JSON lines)."""
-    return {p["id"]: p["contents"].split("\n", 1)[0] for f in sorted((out / "corpus" / "jsonl").glob("*.jsonl"))
-            for p in map(json.loads, f.read_text().splitlines())}
+    """Passage id -> title, read back as retrieval reads it."""
+    from ralm.corpus import read_jsonl_passages
+    from ralm.retrieval import parse_contents
+
+    return {docid: parse_contents(contents)[0] for docid, contents in read_jsonl_passages(out / "corpus" / "jsonl")}
 
 
 def per_question(d: Path, questions: Path, title: dict[str, str]) -> dict[str, np.ndarray]:
