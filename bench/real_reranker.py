@@ -185,14 +185,22 @@ def eval_run(out: Path, text: str, name: str, flags: list[str], extra: list[str]
     return str(d)
 
 
-def evaluate(out: Path, texts: list[str], cheap_texts: list[str], extra: list[str]) -> None:
+def evaluate(out: Path, texts: list[str], cheap_texts: list[str], extra: list[str], reuse: bool = True) -> None:
     """The one-row-per-stride runs on every text first (baselines, then every trained reranker found), then
-    zero-shot and oracle (k rows per stride) on the texts not in ``cheap_texts``; then the comparisons."""
+    zero-shot and oracle (k rows per stride) on the texts not in ``cheap_texts``; then the comparisons.
+    With ``reuse``, the cosine and trained rows take the bm25 row's LM scores on the strides where they
+    choose BM25's passage (``eval.ppl --reuse_from``: the same numbers, fewer forwards, no cost figure)."""
     from demo.run import cosine_flags  # the cosine row: fit_bi.yaml's encoder and lengths, untrained
 
     flags = {"cosine": ["--reranker", "cosine", *cosine_flags(ROOT / "configs" / "real" / "fit_bi.yaml")]}
     rows = [(r, flags.get(r, ["--reranker", r])) for r in CHEAP] + trained_rows(out)
-    runs = {text: [eval_run(out, text, name, flags, extra) for name, flags in rows] for text in texts}
+
+    def row(text: str, name: str, row_flags: list[str]) -> str:
+        lend = reuse and name not in ("none", "bm25")
+        return eval_run(out, text, name, row_flags + (["--reuse_from", str(out / "ppl" / text / "bm25")] if lend
+                                                      else []), extra)
+
+    runs = {text: [row(text, name, f) for name, f in rows] for text in texts}
     for text in texts:
         if text not in cheap_texts:
             runs[text][3:3] = [eval_run(out, text, r, ["--reranker", r], extra) for r in COSTLY]
@@ -232,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--texts", default="report,recheck", help="texts to evaluate on (runs/real/texts/NAME.txt)")
     ap.add_argument("--cheap-texts", default="recheck",
                     help="texts evaluated without the k-forward rows (zero-shot, oracle)")
+    ap.add_argument("--no-reuse", action="store_true",
+                    help="score every stride of every row (for the cost column) instead of taking the bm25 "
+                         "row's LM scores where a row chose BM25's passage")
     a, extra = ap.parse_known_args(argv)  # anything else is passed to the stage's command
     if not SOURCES["test"].is_file():
         print(f"needs {SHARED} (WikiText-2)", file=sys.stderr)
@@ -247,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.stage in ("validate", "all"):
         validate(out, a.shards)
     if a.stage in ("eval", "all"):
-        evaluate(out, a.texts.split(","), a.cheap_texts.split(","), extra)
+        evaluate(out, a.texts.split(","), a.cheap_texts.split(","), extra, reuse=not a.no_reuse)
     return 0
 
 

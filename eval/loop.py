@@ -24,6 +24,7 @@ from ralm.selectors import Selector, StrideBatch
 from ralm.windows import Window
 
 if TYPE_CHECKING:
+    from eval.reuse import ReusedScores
     from ralm.retrieval import Passage
 
 CandidateFn = Callable[[list[Window]], "list[list[Passage]]"]  # windows -> allowed passages per stride
@@ -63,23 +64,24 @@ class ChunkResult:
     chosen_rank: np.ndarray  # (B,) int64, -1 = no document
     n_candidates: np.ndarray  # (B,) int64
     token_nll: np.ndarray  # (T,) float32
+    reused: np.ndarray  # (B,) bool, target NLLs taken from an earlier run (eval.reuse)
     chosen: list  # (B,) the chosen Passage or None
 
 
 def score_chunk(ids: torch.Tensor, chunk: Chunk, candidates: list[list["Passage"]], prefix_texts: list[str],
                 scorer: LMScorer, selector: Selector, docs: DocumentEncoder, *, zero_shot_tokens: int,
-                k: int) -> ChunkResult:
+                k: int, reuse: "ReusedScores | None" = None) -> ChunkResult:
     """Choose a document per stride of ``chunk`` and score its targets.
 
     ids: (N,) long, the whole token stream; candidates: per stride, the allowed passages in rank order
     (at most ``k`` used); prefix_texts: per stride, the decoded window tokens before the targets ("" when
-    the selector does not read them).
+    the selector does not read them); reuse: target NLLs an earlier run computed for the same LM inputs.
     """
     run = list(chunk.windows)
     if chunk.index == 0:  # the first window: scored whole with no retrieval
         w = run[0]
         win = ids[w.begin:w.end].unsqueeze(0)
-        return _chunk_result(run, [[]], [-1], [scorer.nll(win, win, w.length - 1)[0]])
+        return _chunk_result(run, [[]], [-1], [(scorer.nll(win, win, w.length - 1)[0], False)])
     wins = torch.stack([ids[w.begin:w.end] for w in run])  # (B, W)
     cands = [list(c[:k]) for c in candidates] if selector.uses_documents else [[] for _ in run]
     batch = StrideBatch(prefix_texts=prefix_texts, candidates=cands, stride_ids=[w.index for w in run])
@@ -89,10 +91,25 @@ def score_chunk(ids: torch.Tensor, chunk: Chunk, candidates: list[list["Passage"
         picks, nlls = _choose_by_lm(wins, cands, batch, scorer, selector, docs, trg, rank_extra)
     else:
         picks = selector.select(batch) if selector.uses_documents else [-1] * len(run)
-        chosen_docs = iter(docs([cands[b][p].document() for b, p in enumerate(picks) if p >= 0]))
-        row_doc = [next(chosen_docs) if p >= 0 else None for p in picks]
-        nlls = list(scorer.nll(condition_on_documents(wins, row_doc), wins, trg))
+        nlls = _target_nll(wins, cands, picks, run, scorer, docs, reuse)
     return _chunk_result(run, cands, picks, nlls)
+
+
+def _target_nll(wins: torch.Tensor, cands: list[list["Passage"]], picks: Sequence[int], run: list[Window],
+                scorer: LMScorer, docs: DocumentEncoder,
+                reuse: "ReusedScores | None") -> list[tuple[torch.Tensor, bool]]:
+    """Each stride's target NLL under its pick and whether it was reused: from ``reuse`` where an earlier
+    run chose the same passage for the stride, the rest in one batched LM pass."""
+    trg = run[0].trg_len
+    got = [reuse.get(w.index, cands[b][p].docid if p >= 0 else "", trg) if reuse else None
+           for b, (w, p) in enumerate(zip(run, picks))]
+    todo = [b for b, g in enumerate(got) if g is None]
+    if todo:
+        chosen_docs = iter(docs([cands[b][picks[b]].document() for b in todo if picks[b] >= 0]))
+        row_doc = [next(chosen_docs) if picks[b] >= 0 else None for b in todo]
+        rows = wins[todo]
+        computed = iter(scorer.nll(condition_on_documents(rows, row_doc), rows, trg))
+    return [(g, True) if g is not None else (next(computed), False) for g in got]
 
 
 def _choose_by_lm(wins: torch.Tensor, cands: list[list["Passage"]], batch: StrideBatch, scorer: LMScorer,
@@ -119,18 +136,21 @@ def _choose_by_lm(wins: torch.Tensor, cands: list[list["Passage"]], batch: Strid
     for b, c in enumerate(cands):
         table[b, :len(c)] = rank_sum[first_row[b]:first_row[b] + len(c)]
     picks = selector.select(batch, table)
-    return picks, [nll[first_row[b] + max(p, 0), rank_extra:] for b, p in enumerate(picks)]
+    return picks, [(nll[first_row[b] + max(p, 0), rank_extra:], False) for b, p in enumerate(picks)]
 
 
 def _chunk_result(run: list[Window], cands: list[list["Passage"]], picks: Sequence[int],
-                  nlls: Sequence[torch.Tensor]) -> ChunkResult:
-    """Per-stride sums (float64, summed in double) and the per-token NLLs, in the chunk's stride order."""
+                  scored: Sequence[tuple[torch.Tensor, bool]]) -> ChunkResult:
+    """Per-stride sums (float64, summed in double) and the per-token NLLs, in the chunk's stride order;
+    ``scored`` holds each stride's (target NLLs, reused from an earlier run)."""
+    nlls = [n for n, _ in scored]
     return ChunkResult(
         stride_index=np.array([w.index for w in run], dtype=np.int64),
         stride_nll=np.array([float(n.double().sum()) for n in nlls], dtype=np.float64),
         stride_n_tokens=np.array([n.numel() for n in nlls], dtype=np.int64),
         chosen_rank=np.array(picks, dtype=np.int64), n_candidates=np.array([len(c) for c in cands], dtype=np.int64),
         token_nll=np.concatenate([n.numpy().astype(np.float32) for n in nlls]),
+        reused=np.array([r for _, r in scored], dtype=bool),
         chosen=[cands[b][p] if p >= 0 else None for b, p in enumerate(picks)])
 
 
@@ -148,6 +168,7 @@ class LoopResult:
     token_nll: np.ndarray  # (n_scored,) float32
     token_ids: np.ndarray  # (n_scored,) int target token ids
     token_stride: np.ndarray  # (n_scored,) int stride of each token
+    reused: np.ndarray  # (S,) bool, target NLLs taken from an earlier run (eval.reuse)
     extras: dict = field(default_factory=dict)
 
     @property
@@ -181,7 +202,7 @@ def assemble(ids: Sequence[int], windows: Sequence[Window], results: Sequence[Ch
         stride_n_tokens=n, chosen_rank=np.concatenate([r.chosen_rank for r in results]),
         chosen=[p for r in results for p in r.chosen], n_candidates=np.concatenate([r.n_candidates for r in results]),
         token_nll=np.concatenate([r.token_nll for r in results]), token_ids=token_ids,
-        token_stride=np.repeat(si, n))
+        token_stride=np.repeat(si, n), reused=np.concatenate([r.reused for r in results]))
 
 
 def prefix_texts(tokenizer, wins: torch.Tensor, trg: int, selector: Selector) -> list[str]:

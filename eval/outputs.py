@@ -1,9 +1,9 @@
 """What an ``eval.ppl`` run leaves behind, written so that nothing half-written passes as complete.
 
 ``OUT/`` holds ``strides.parquet`` (per stride: NLL, tokens, the article it scores, the chosen passage's
-rank, id, title and text), ``tokens.npz`` (per-token NLL, token id, stride), ``plot.png`` (NLL along the text, chosen-rank
-histogram), ``results.md`` and, written last, ``results.json``: the perplexities, the run's identity
-and the sha256 of every other file. A run is complete exactly when ``results.json`` exists and the
+rank, id, title and text, whether its NLLs were reused from an earlier run), ``tokens.npz`` (per-token
+NLL, token id, stride), ``plot.png`` (NLL along the text, chosen-rank histogram), ``results.md`` and,
+written last, ``results.json``: the perplexities, the run's identity and the sha256 of every other file. A run is complete exactly when ``results.json`` exists and the
 hashes match (:func:`read_complete`); every file is written to a temporary name and renamed, so a
 kill or a full disk leaves the previous state, never a truncated file under a final name.
 """
@@ -93,6 +93,7 @@ def write_outputs(out_dir: Path, res, *, reranker: str, n_words: int, identity: 
         "n_strides": int(res.stride_index.size),
         "strides_with_document": int(with_doc.sum()), "strides_without_document": int((~with_doc).sum()),
         "chosen_rank_counts": {int(r): int(c) for r, c in zip(ranks, counts)},
+        "strides_reused": int(res.reused.sum()),
         "word_count_convention": "number of ' ' characters in the text (reference eval_lm.py)",
         **meta, "identity": identity,
     }
@@ -102,7 +103,7 @@ def write_outputs(out_dir: Path, res, *, reranker: str, n_words: int, identity: 
     table = pa.table({
         "stride": res.stride_index, **columns, "nll": res.stride_nll, "n_tokens": res.stride_n_tokens,
         "chosen_rank": res.chosen_rank, "n_candidates": res.n_candidates, "chosen_docid": get("docid"),
-        "chosen_title": get("title"), "chosen_text": get("text"),
+        "chosen_title": get("title"), "chosen_text": get("text"), "reused": res.reused,
     })
     atomic_write(out_dir / "strides.parquet", lambda t: pq.write_table(table, t))
     def tokens(t):

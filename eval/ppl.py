@@ -174,7 +174,8 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         retrieval_file: str | None = None, windows: Windows = Windows(), ranker: Ranker = Ranker(),
         scoring: Scoring = Scoring(), trainer: Devices = Devices(), output_dir: str | None = None,
         cache_dir: str | None = None, save_retrieval_file: str | None = None, chunk_strides: int = 64, seed: int = 0,
-        keep_work: bool = False, verbose: bool = False, progress: bool = True) -> dict:
+        keep_work: bool = False, reuse_from: list[str] | str | None = None, verbose: bool = False,
+        progress: bool = True) -> dict:
     """Retrieval-augmented perplexity of a causal LM with one reranker.
 
     Args:
@@ -194,6 +195,9 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         chunk_strides: Strides per chunk: the unit of batching, of saved progress and of work per device.
         seed: Seed of the random reranker.
         keep_work: Keep OUTPUT_DIR/work (per-chunk results) after the run is complete.
+        reuse_from: A finished run (or a list, ``'[DIR1,DIR2]'``) on the same text, LM, windows, precision
+            and candidates, e.g. the bm25 run: a stride whose chosen passage is the one such a run chose takes that run's target NLLs
+            instead of an LM forward (the same LM input; eval/reuse.py). Not for zero-shot and oracle.
         verbose: Show library and Java logging.
         progress: Show progress (a bar on a terminal, periodic lines otherwise).
     """
@@ -205,6 +209,9 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         raise SettingsError(f"--chunk_strides must be >= 1 (got {chunk_strides})")
     trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
     uses_docs = _check_reranker(reranker, ranker)
+    if reuse_from and reranker in ("zero-shot", "oracle"):
+        raise SettingsError(f"--reuse_from: --reranker {reranker} scores every candidate with the LM to choose, "
+                            "so there is nothing to reuse; leave --reuse_from out")
     if uses_docs and not (retrieval.index or retrieval_file):
         raise InputError(f"--reranker {reranker} needs candidates: pass --retrieval.index or --retrieval_file")
     if uses_docs and not retrieval_file:
@@ -217,10 +224,11 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
     check_writable(out, "--output_dir")
     from ralm.outputs import claim
 
+    reuse = (reuse_from,) if isinstance(reuse_from, str) else tuple(reuse_from or ())
     with claim(out, "--output_dir"):  # a second evaluation on the same directory is refused at once
         return _evaluate(_Job(model, reranker, ranker, seed, windows, scoring, trainer, retrieval, retrieval_file,
-                              uses_docs, verbose, progress), text, out, cache_dir, save_retrieval_file, chunk_strides,
-                         keep_work, t0)
+                              uses_docs, reuse, verbose, progress), text, out, cache_dir, save_retrieval_file,
+                         chunk_strides, keep_work, t0)
 
 
 @dataclass(frozen=True)
@@ -237,6 +245,7 @@ class _Job:
     retrieval: Retrieval
     retrieval_file: str | None
     uses_docs: bool
+    reuse_from: tuple[str, ...]
     verbose: bool
     progress: bool
 
@@ -258,8 +267,6 @@ def _tokenize(job: _Job, text: Text) -> Tokens:
 def _evaluate(job: _Job, text: Text, out: Path, cache_dir, save_retrieval_file, chunk_strides: int, keep_work: bool,
               t0: float) -> dict:
     """Score the chunks not finished yet (resuming), then assemble and write the outputs (global rank 0)."""
-    import torch
-
     from eval.loop import assemble, make_chunks
     from eval.predict import chunk_path, load_chunk
     from ralm.files import atomic_write
@@ -287,8 +294,11 @@ def _evaluate(job: _Job, text: Text, out: Path, cache_dir, save_retrieval_file, 
     rank0, predict_seconds = True, None
     if pending:
         n_done = sum(len(c.windows) for c in chunks if c.index in finished)
-        rank0, predict_seconds = _predict(job, tokens, torch.as_tensor(tokens.ids, dtype=torch.long), pending,
-                                          make_candidates if job.uses_docs else None, work, n_done)
+        from eval.reuse import ReusedScores
+
+        reuse = ReusedScores.load(job.reuse_from, identity) if job.reuse_from else None
+        rank0, predict_seconds = _predict(job, tokens, pending, make_candidates if job.uses_docs else None, work,
+                                          n_done, reuse)
     if not rank0:
         return {}
     if pending:
@@ -305,10 +315,12 @@ def _evaluate(job: _Job, text: Text, out: Path, cache_dir, save_retrieval_file, 
     # Cost: seconds of scoring (retrieval, reranking and LM forwards; not start-up or loading) per 1,000
     # strides, when this process scored every stride (a resumed run's earlier part was not timed).
     n = len(tokens.wins)
-    cost = round(1000 * predict_seconds / n, 2) if predict_seconds and len(pending) == len(chunks) else None
+    # A run that reused earlier LM scores did not pay for every forward: its time is no reranker's cost.
+    cost = (round(1000 * predict_seconds / n, 2) if predict_seconds and len(pending) == len(chunks)
+            and not res.reused.any() else None)
     meta = {"model": job.model, "max_length_used": tokens.max_length, "seconds": round(time.time() - t0, 2),
             "seconds_per_1000_strides": cost, "precision": precision.describe(setting),
-            "retrieval": source_meta, "settings": {"windows": as_dict(job.windows), "retrieval": as_dict(job.retrieval),
+            "retrieval": source_meta, "reused_from": list(job.reuse_from), "settings": {"windows": as_dict(job.windows), "retrieval": as_dict(job.retrieval),
                                                   "scoring": as_dict(job.scoring), "ranker": as_dict(job.ranker)}}
     return _write(out, job, tokens, res, identity, meta, keep_work)
 
@@ -375,9 +387,11 @@ def _retrieval_identity(retrieval: Retrieval, retrieval_file: str | None) -> dic
     return {**asdict(retrieval), "index": index_identity(retrieval.index)}
 
 
-def _predict(job: _Job, tokens: Tokens, ids_t, pending, make_candidates, work: Path, n_done: int):
+def _predict(job: _Job, tokens: Tokens, pending, make_candidates, work: Path, n_done: int, reuse):
     """Score the pending chunks with Lightning; returns (True in the process that writes the outputs, seconds)."""
-    from eval.predict import ChunkWriter, predict_chunks
+    import torch
+
+    from eval.predict import ChunkWriter, EvalModule, predict_chunks
     from ralm.cli import quiet_lightning
     from ralm.progress import Progress
     from ralm.stage import open_lm
@@ -388,8 +402,9 @@ def _predict(job: _Job, tokens: Tokens, ids_t, pending, make_candidates, work: P
                              max_length=tokens.max_length, scoring=job.scoring)
     name = job.reranker if len(job.reranker) < 20 else "predictive"
     bar = Progress(len(tokens.wins), f"ppl [{name}]", "strides", enabled=job.progress, initial=n_done)
-    rank0, seconds, _ = predict_chunks(lm, selector, ids_t, tokens.tokenizer, pending, make_candidates,
-                                       ChunkWriter(work / "chunks", bar), job.windows, job.retrieval.k, job.scoring,
+    module = EvalModule(lm, selector, torch.as_tensor(tokens.ids, dtype=torch.long), tokens.tokenizer,
+                        windows=job.windows, k=job.retrieval.k, scoring=job.scoring, reuse=reuse)
+    rank0, seconds, _ = predict_chunks(module, pending, make_candidates, ChunkWriter(work / "chunks", bar),
                                        job.trainer)
     bar.close()
     return rank0, seconds

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import lightning.pytorch as pl
 import numpy as np
@@ -32,7 +32,10 @@ from ralm.selectors import Selector
 from ralm.settings import Devices, Retrieval, Scoring, Windows
 from ralm.windows import stride_windows
 
-CHUNK_KEYS = ("stride_index", "stride_nll", "stride_n_tokens", "chosen_rank", "n_candidates", "token_nll")
+if TYPE_CHECKING:
+    from eval.reuse import ReusedScores
+
+CHUNK_KEYS = ("stride_index", "stride_nll", "stride_n_tokens", "chosen_rank", "n_candidates", "token_nll", "reused")
 
 
 def chunk_path(chunks_dir: Path, index: int) -> Path:
@@ -107,23 +110,22 @@ class StrideChunks(IterableDataset):
 
 
 class EvalModule(pl.LightningModule):
-    """A frozen causal LM (and the selector's own model, if any) scoring chunks of strides."""
+    """A frozen causal LM (and the selector's own model, if any) scoring chunks of strides; ``reuse``
+    holds target NLLs an earlier run computed for the same LM inputs (:mod:`eval.reuse`)."""
 
-    def __init__(self, lm: torch.nn.Module, selector: Selector, ids: torch.Tensor, tokenizer, *, doc_max_tokens: int,
-                 zero_shot_tokens: int, k: int, batch_size: int, dtype: str):
+    def __init__(self, lm: torch.nn.Module, selector: Selector, ids: torch.Tensor, tokenizer, *, windows: Windows,
+                 k: int, scoring: Scoring, reuse: "ReusedScores | None" = None):
         super().__init__()
         attach_lm(self, lm)  # not in hparams: passed in, not rebuilt
-        self.selector = selector
-        self.ids = ids
-        self.docs = DocumentEncoder(tokenizer, doc_max_tokens)
-        self.zero_shot_tokens, self.k = zero_shot_tokens, k
-        self.batch_size, self.compute_dtype = batch_size, dtype
+        self.selector, self.ids, self.tokenizer = selector, ids, tokenizer
+        self.docs = DocumentEncoder(tokenizer, windows.doc_max_tokens)
+        self.zero_shot_tokens, self.k, self.scoring, self.reuse = windows.zero_shot_tokens, k, scoring, reuse
         self.scorer: LMScorer | None = None
 
     def on_predict_start(self) -> None:
         # After Lightning moved the LM to its device: the scorer reads the device once, and the selector's
         # own model (reranker, ranking LM) follows the LM there.
-        self.scorer = LMScorer(self.lm, batch_size=self.batch_size, dtype=self.compute_dtype)
+        self.scorer = LMScorer(self.lm, batch_size=self.scoring.batch_size, dtype=self.scoring.dtype)
         self.selector.to(self.device)
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
@@ -131,7 +133,8 @@ class EvalModule(pl.LightningModule):
 
     def predict_step(self, item: dict, batch_idx: int = 0) -> ChunkResult:
         return score_chunk(self.ids, item["chunk"], item["candidates"], item["prefix_texts"], self.scorer,
-                           self.selector, self.docs, zero_shot_tokens=self.zero_shot_tokens, k=self.k)
+                           self.selector, self.docs, zero_shot_tokens=self.zero_shot_tokens, k=self.k,
+                           reuse=self.reuse)
 
 
 class ChunkWriter(BasePredictionWriter):
@@ -169,19 +172,15 @@ class _ListedCandidates:
         pass
 
 
-def predict_chunks(lm: torch.nn.Module, selector: Selector, ids: torch.Tensor, tokenizer, chunks: Sequence[Chunk],
-                   make_candidates, writer: "ChunkWriter", windows: Windows, k: int, scoring: Scoring,
+def predict_chunks(module: EvalModule, chunks: Sequence[Chunk], make_candidates, writer: "ChunkWriter",
                    devices: Devices):
     """Score ``chunks`` in one ``Trainer.predict`` (``ralm.stage``), each result written by ``writer``:
     the one path of ``eval.ppl`` and :func:`run_loop`. Returns (is_global_zero, seconds, world_size)."""
     from ralm.stage import predict
 
-    module = EvalModule(lm, selector, ids, tokenizer, doc_max_tokens=windows.doc_max_tokens,
-                        zero_shot_tokens=windows.zero_shot_tokens, k=k, batch_size=scoring.batch_size,
-                        dtype=scoring.dtype)
-    data = torch.utils.data.DataLoader(StrideChunks(ids, chunks, tokenizer, selector, make_candidates),
-                                       batch_size=None, collate_fn=unbatched)
-    return predict(module, data, writer, devices, scoring, "eval.predict")
+    data = torch.utils.data.DataLoader(StrideChunks(module.ids, chunks, module.tokenizer, module.selector,
+                                                    make_candidates), batch_size=None, collate_fn=unbatched)
+    return predict(module, data, writer, devices, module.scoring, "eval.predict")
 
 
 def run_loop(ids: Sequence[int], tokenizer, lm: torch.nn.Module, selector: Selector,
@@ -208,9 +207,9 @@ def run_loop(ids: Sequence[int], tokenizer, lm: torch.nn.Module, selector: Selec
     source = (lambda: _ListedCandidates(candidates)) if candidates is not None else None
     with tempfile.TemporaryDirectory() as tmp, \
             Progress(len(windows), f"ppl [{selector.name}]", "strides", enabled=progress) as bar:
-        predict_chunks(lm, selector, ids_t, tokenizer, chunks, source, ChunkWriter(Path(tmp), bar),
-                       Windows(stride=stride, max_length=max_length, doc_max_tokens=doc_max_tokens,
-                               zero_shot_tokens=zero_shot_tokens), k,
-                       Scoring(batch_size=batch_size, dtype=dtype), Devices(accelerator, 1))
+        module = EvalModule(lm, selector, ids_t, tokenizer, k=k, scoring=Scoring(batch_size=batch_size, dtype=dtype),
+                            windows=Windows(stride=stride, max_length=max_length, doc_max_tokens=doc_max_tokens,
+                                            zero_shot_tokens=zero_shot_tokens))
+        predict_chunks(module, chunks, source, ChunkWriter(Path(tmp), bar), Devices(accelerator, 1))
         results = [load_chunk(chunk_path(Path(tmp), c.index)) for c in chunks]
     return assemble(ids_t.tolist(), windows, results)

@@ -88,6 +88,40 @@ def test_compare_prints_one_table_and_a_plot(tmp_path, tiny_gpt2_dir, bm25_corpu
     assert "missing" in capsys.readouterr().err
 
 
+def test_reusing_an_earlier_runs_scores_gives_that_runs_numbers(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text,
+                                                               capsys):
+    """--reuse_from: the random reranker agrees with bm25 on some strides; those take bm25's token NLLs, the
+    rest are scored, and the whole equals a run that scored every stride."""
+    import pyarrow.parquet as pq
+
+    common = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL,
+              "--retrieval.index", str(bm25_corpus["index"])]
+    _, bm25 = run(tmp_path, "bm25", *common, "--reranker", "bm25")
+    full, full_dir = run(tmp_path, "random", *common, "--reranker", "random", "--seed", "3")
+    reused, reused_dir = run(tmp_path, "random-reusing", *common, "--reranker", "random", "--seed", "3",
+                             "--reuse_from", str(bm25), "--chunk_strides", "5")
+    table = {name: pq.read_table(d / "strides.parquet").to_pydict() for name, d in
+             (("bm25", bm25), ("full", full_dir), ("reused", reused_dir))}
+    same = [i > 0 and a == b for i, (a, b) in
+            enumerate(zip(table["bm25"]["chosen_docid"], table["full"]["chosen_docid"]))]
+    assert 0 < sum(same) < len(same) - 1  # a real mix of reused and scored strides
+    assert table["reused"]["reused"] == same and reused["strides_reused"] == sum(same)
+    assert table["reused"]["chosen_docid"] == table["full"]["chosen_docid"]
+    # Reused strides carry bm25's numbers exactly; scored ones equal the full run's.
+    for i, was_reused in enumerate(same):
+        want = table["bm25"]["nll"][i] if was_reused else table["full"]["nll"][i]
+        assert table["reused"]["nll"][i] == pytest.approx(want, rel=1e-5)
+    assert reused["ppl_word"] == pytest.approx(full["ppl_word"], rel=1e-5)
+    assert full["strides_reused"] == 0 and reused["seconds_per_1000_strides"] is None
+    assert reused["reused_from"] == [str(bm25)]
+    # A run on other windows cannot lend its scores.
+    capsys.readouterr()
+    other = [a if a != "48" else "40" for a in common]
+    assert main([*other, "--reranker", "random", "--reuse_from", str(bm25), "--output_dir",
+                 str(tmp_path / "bad")]) == 2
+    assert "differs from this one in windows" in capsys.readouterr().err
+
+
 def test_zero_shot_with_a_separate_lm_of_another_vocabulary(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
     other = tmp_path / "other_lm"
     tok = train_tokenizer([bm25_corpus["text"][:20000]], other, vocab_size=300)
