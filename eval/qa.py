@@ -42,16 +42,15 @@ def qa(questions: str, model: str = "gpt2", reranker: str = "bm25", retrieval: R
         seed: Seed of the random reranker.
         verbose: Show library and Java logging.
     """
+    from eval.ppl import _check_reranker, make_selector
     from ralm.cli import quiet_libraries
+    from ralm.models import load_causal_lm
     from ralm.qa import NO_DOC_PROMPT, PROMPT, answer, choose, contains_answer, exact_match, f1, read_questions
 
     quiet_libraries(verbose)
     t0 = time.time()
     qs = read_questions(questions)
     out = Path(output_dir or f"runs/qa/{Path(reranker).name}")
-    from eval.ppl import _check_reranker, make_selector
-    from ralm.models import load_causal_lm
-
     uses_docs = reranker in LM_RERANKERS or _check_reranker(reranker, ranker)
     needs_search = uses_docs and any(q.ctxs is None for q in qs)
     if needs_search and not retrieval.index:
