@@ -2,8 +2,8 @@
 
 A stride's LM input is its window with the chosen passage written over the window's start, so two runs
 on the same text, LM, windows, precision and candidates that choose the same passage for a stride feed
-the LM the same tokens. Rerankers agree with BM25 on most strides (70-73 % for the real-text rerankers),
-so a reranker's evaluation can take those strides' target NLLs from the BM25 run and forward only the
+the LM the same tokens. Rerankers with a BM25 prior agree with BM25 on most strides (65-73 % for the
+real-text bi_bm25 rerankers), so a reranker's evaluation can take those strides' target NLLs from the BM25 run and forward only the
 strides where it chose differently. The numbers are the earlier run's own; each stride records whether
 it was reused (``strides.parquet``'s ``reused``, ``results.json``'s ``strides_reused``).
 """
