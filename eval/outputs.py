@@ -3,9 +3,10 @@
 ``OUT/`` holds ``strides.parquet`` (per stride: NLL, tokens, the article it scores, the chosen passage's
 rank, id, title and text, whether its NLLs were reused from an earlier run), ``tokens.npz`` (per-token
 NLL, token id, stride), ``plot.png`` (NLL along the text, chosen-rank histogram), ``results.md`` and,
-written last, ``results.json``: the perplexities, the run's identity and the sha256 of every other file. A run is complete exactly when ``results.json`` exists and the
-hashes match (:func:`read_complete`); every file is written to a temporary name and renamed, so a
-kill or a full disk leaves the previous state, never a truncated file under a final name.
+written last, ``results.json``: the perplexities, the run's identity and the sha256 of every other file.
+A run is complete exactly when ``results.json`` exists and the hashes match (:func:`read_complete`); every
+file is written to a temporary name and renamed, so a kill or a full disk leaves the previous state, never
+a truncated file under a final name.
 """
 
 from __future__ import annotations

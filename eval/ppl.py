@@ -196,8 +196,9 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         seed: Seed of the random reranker.
         keep_work: Keep OUTPUT_DIR/work (per-chunk results) after the run is complete.
         reuse_from: A finished run (or a list, ``'[DIR1,DIR2]'``) on the same text, LM, windows, precision
-            and candidates, e.g. the bm25 run: a stride whose chosen passage is the one such a run chose takes that run's target NLLs
-            instead of an LM forward (the same LM input; eval/reuse.py). Not for zero-shot and oracle.
+            and candidates, e.g. the bm25 run: a stride whose chosen passage is the one such a run chose
+            takes that run's target NLLs instead of an LM forward (the same LM input; eval/reuse.py). Not
+            for zero-shot and oracle.
         verbose: Show library and Java logging.
         progress: Show progress (a bar on a terminal, periodic lines otherwise).
     """
@@ -320,8 +321,9 @@ def _evaluate(job: _Job, text: Text, out: Path, cache_dir, save_retrieval_file, 
             and not res.reused.any() else None)
     meta = {"model": job.model, "max_length_used": tokens.max_length, "seconds": round(time.time() - t0, 2),
             "seconds_per_1000_strides": cost, "precision": precision.describe(setting),
-            "retrieval": source_meta, "reused_from": list(job.reuse_from), "settings": {"windows": as_dict(job.windows), "retrieval": as_dict(job.retrieval),
-                                                  "scoring": as_dict(job.scoring), "ranker": as_dict(job.ranker)}}
+            "retrieval": source_meta, "reused_from": list(job.reuse_from),
+            "settings": {"windows": as_dict(job.windows), "retrieval": as_dict(job.retrieval),
+                         "scoring": as_dict(job.scoring), "ranker": as_dict(job.ranker)}}
     return _write(out, job, tokens, res, identity, meta, keep_work)
 
 
