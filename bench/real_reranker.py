@@ -100,7 +100,8 @@ def export_untrained(out: Path, arch: str) -> None:
     model = yaml.safe_load((ROOT / "configs" / "real" / f"fit_{arch}.yaml").read_text())["model"]
     target = out / "rerankers" / f"{arch}-untrained"
     if (model.get("architecture") != "bi" or not model.get("bm25_weight") or model.get("loss", "marginal") != "marginal"
-            or (target / "reranker.json").exists()):  # another loss: the same untrained model as the marginal one's
+            or not model.get("passage_grad", True)  # another loss or training: the same untrained model as bi_bm25's
+            or (target / "reranker.json").exists()):
         return
     from reranking.export import export
     from reranking.system import RerankerSystem

@@ -14,16 +14,25 @@ import torch
 from torch import nn
 
 
-def _encoder(encoder: str, pretrained: bool, config):
-    """An ``AutoModel`` in train mode without its pooler (unused parameters break DDP)."""
+def _encoder(encoder: str, pretrained: bool, config, attention_dropout: float | None = None):
+    """An ``AutoModel`` in train mode without its pooler (unused parameters break DDP); ``attention_dropout``
+    replaces the config's dropout on attention probabilities (``None``: the encoder's own)."""
     from transformers import AutoModel
 
     from ralm.models import load_config, resolve
 
-    if config is None:
-        config = load_config(encoder)
+    given = config is not None
+    config = config if given else load_config(encoder)
+    if attention_dropout is not None:
+        if not 0 <= attention_dropout < 1 or not hasattr(config, "attention_probs_dropout_prob"):
+            raise ValueError(f"attention_dropout={attention_dropout} must be in [0, 1) and the encoder's config "
+                             f"must have attention_probs_dropout_prob ({type(config).__name__} has "
+                             f"{'it' if hasattr(config, 'attention_probs_dropout_prob') else 'not'}); "
+                             "--model.attention_dropout")
+        config.attention_probs_dropout_prob = float(attention_dropout)
+    if pretrained and not given:
         r = resolve(encoder)
-        model = AutoModel.from_pretrained(r.path, **r.kwargs()) if pretrained else AutoModel.from_config(config)
+        model = AutoModel.from_pretrained(r.path, config=config, **r.kwargs())
     else:
         model = AutoModel.from_config(config)
     # from_pretrained returns the model in eval mode, and Lightning keeps module modes as it finds
@@ -50,9 +59,10 @@ class CrossEncoder(nn.Module):
     architecture = "cross"
     input_keys = ("input_ids", "attention_mask", "token_type_ids")
 
-    def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, config=None):
+    def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, config=None,
+                 attention_dropout: float | None = None):
         super().__init__()
-        self.encoder = _encoder(encoder, pretrained, config)
+        self.encoder = _encoder(encoder, pretrained, config, attention_dropout)
         self.head = nn.Linear(self.encoder.config.hidden_size, 1)
         nn.init.normal_(self.head.weight, std=0.02)
         nn.init.zeros_(self.head.bias)
@@ -92,6 +102,11 @@ class BiEncoder(nn.Module):
         encoder, pretrained, config: as for :class:`CrossEncoder`.
         temperature: τ. Cosines lie in [-1, 1]; the marginal-likelihood loss needs a wider range of
             logits to express a confident choice (0.05, as in contrastive sentence-encoder training).
+        passage_grad: ``False`` embeds passages without a gradient and without dropout (query-side
+            fine-tuning: RAG trains only its query encoder against a fixed document encoder): the same
+            shared encoder and, at evaluation, the same scores, but a training step skips the backward
+            pass through its k passages per prefix and their dropout, most of the step's cost.
+        attention_dropout: replaces the encoder's dropout on attention probabilities (``None``: keep it).
     """
 
     architecture = "bi"
@@ -99,12 +114,14 @@ class BiEncoder(nn.Module):
                   "pair_query")
 
     def __init__(self, encoder: str = "sentence-transformers/all-MiniLM-L6-v2", pretrained: bool = True,
-                 config=None, temperature: float = 0.05):
+                 config=None, temperature: float = 0.05, passage_grad: bool = True,
+                 attention_dropout: float | None = None):
         super().__init__()
         if not temperature > 0:
             raise ValueError(f"BiEncoder: temperature={temperature} must be > 0 (--model.cosine_temperature)")
-        self.encoder = _encoder(encoder, pretrained, config)
+        self.encoder = _encoder(encoder, pretrained, config, attention_dropout)
         self.temperature = float(temperature)
+        self.passage_grad = bool(passage_grad)
 
     @property
     def config(self):
@@ -129,13 +146,28 @@ class BiEncoder(nn.Module):
             raise ValueError(f"BiEncoder.forward: pair_query {tuple(pair_query.shape)} must have one entry per "
                              f"passage ({passage_input_ids.shape[0]})")
         q = self.embed(query_input_ids, query_attention_mask)
-        d = self.embed(passage_input_ids, passage_attention_mask)
+        if self.passage_grad or not torch.is_grad_enabled():
+            d = self.embed(passage_input_ids, passage_attention_mask)
+        else:  # a fixed target, as from a frozen document encoder: no gradient, no dropout
+            mode = self.encoder.training
+            self.encoder.eval()
+            try:
+                with torch.no_grad():
+                    d = self.embed(passage_input_ids, passage_attention_mask)
+            finally:
+                self.encoder.train(mode)
         return (q[pair_query] * d).sum(-1) / self.temperature
 
 
 def make_model(architecture: str, encoder: str | None = None, pretrained: bool = True, config=None,
-               temperature: float | None = None) -> nn.Module:
-    """The reranker model an architecture name stands for (``cross`` or ``bi``); ``temperature``: bi only."""
+               temperature: float | None = None, passage_grad: bool = True,
+               attention_dropout: float | None = None) -> nn.Module:
+    """The reranker model an architecture name stands for (``cross`` or ``bi``); ``temperature`` and
+    ``passage_grad``: bi only."""
     if architecture == "bi":
-        return BiEncoder(encoder, pretrained=pretrained, config=config, temperature=temperature)
-    return CrossEncoder(encoder, pretrained=pretrained, config=config)
+        return BiEncoder(encoder, pretrained=pretrained, config=config, temperature=temperature,
+                         passage_grad=passage_grad, attention_dropout=attention_dropout)
+    if not passage_grad:
+        raise ValueError("passage_grad=false is a bi-encoder setting: a cross-encoder reads prefix and passage "
+                         "together (--model.passage_grad true, or --model.architecture bi)")
+    return CrossEncoder(encoder, pretrained=pretrained, config=config, attention_dropout=attention_dropout)

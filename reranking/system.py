@@ -59,6 +59,10 @@ class RerankerSystem(pl.LightningModule):
         cosine_temperature: bi: τ dividing the cosine (cosines lie in [-1, 1]; the loss needs wider logits).
         bm25_weight: the score is f(x, d) + ``bm25_weight`` × BM25(x, d), a fixed prior that training
             corrects (0: the paper's reranker; see :class:`reranking.inputs.InputFormat`).
+        passage_grad: bi: ``False`` trains through the prefix's embedding only (passages embedded by the
+            same encoder without a gradient or dropout; a fraction of a step's cost, ``bench/fit_step.py``).
+        attention_dropout: the encoder's dropout on attention probabilities (``None``: its config's, 0.1
+            for MiniLM). On a CPU, drawing that mask is about a third of a training step (``bench/fit_step.py``).
         init_from: a reranker export (encoder *and* head, e.g. one pretrained on other data) whose
             weights to start from; its architecture must be ``encoder``'s. Use ``pretrained: false``.
     """
@@ -67,7 +71,8 @@ class RerankerSystem(pl.LightningModule):
                  max_prefix_tokens: int = 256, loss: str = "marginal", temperature: float = 1.0,
                  lr: float = 1e-5, weight_decay: float = 0.01, warmup_steps: int = 1000,
                  total_steps: int | None = None, init_from: str | None = None, architecture: str = "cross",
-                 max_passage_tokens: int = 256, cosine_temperature: float = 0.05, bm25_weight: float = 0.0):
+                 max_passage_tokens: int = 256, cosine_temperature: float = 0.05, bm25_weight: float = 0.0,
+                 passage_grad: bool = True, attention_dropout: float | None = None):
         super().__init__()
         problems = []
         if loss not in ("marginal", "distill"):
@@ -86,7 +91,13 @@ class RerankerSystem(pl.LightningModule):
         self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
                                architecture=architecture, max_passage_tokens=max_passage_tokens,
                                bm25_weight=bm25_weight)
-        self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature)
+        try:
+            self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature,
+                                    passage_grad=passage_grad, attention_dropout=attention_dropout)
+        except ValueError as e:
+            from ralm.settings import SettingsError
+
+            raise SettingsError(f"RerankerSystem: {e}") from None
         if init_from is not None:
             from reranking.export import load_reranker
 

@@ -407,3 +407,66 @@ def test_bm25_prior_is_added_alike_in_training_and_evaluation(tiny_bert_dir, rer
         InputFormat(bm25_weight=-1.0)
     with pytest.raises(ValueError, match="bm25_scores column"):
         prior.score_batch({k: v for k, v in batch.items() if k != "bm25"})
+
+
+def test_passage_grad_false_trains_through_the_prefix_only(tiny_bert_dir, rerank_data_dir):
+    """``passage_grad: false`` gives the same scores and exactly the gradient of a plain transcription
+    in which the passages' embeddings are constants; the default's gradient differs (it is not a no-op)."""
+    from ralm.settings import SettingsError
+    from reranking.data import RerankDataModule
+    from reranking.system import RerankerSystem
+
+    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", max_prefix_tokens=16, max_passage_tokens=24,
+              bm25_weight=0.5)
+    torch.manual_seed(0)
+    full = RerankerSystem(**kw)
+    query_side = RerankerSystem(**kw, passage_grad=False)
+    query_side.model.load_state_dict(full.model.state_dict())
+    for s in (full, query_side):
+        s.model.eval()  # no dropout: the three gradients below must see the same forward
+    dm = RerankDataModule(str(rerank_data_dir), tokenizer=str(tiny_bert_dir), val_fraction=0.25, batch_size=4,
+                          num_workers=0, architecture="bi", max_prefix_tokens=16, max_passage_tokens=24)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+
+    def grads(system, scores):
+        system.model.zero_grad()
+        system.loss_fn(scores, batch["lm_logprobs"], batch["mask"]).backward()
+        return {n: p.grad.clone() for n, p in system.model.named_parameters() if p.grad is not None}
+
+    got_scores = query_side.score_batch(batch)
+    torch.testing.assert_close(got_scores, full.score_batch(batch))
+    got = grads(query_side, got_scores)
+    m = full.model  # the transcription: embed both sides, detach the passages' embeddings
+    q = m.embed(batch["query_input_ids"], batch["query_attention_mask"])
+    d = m.embed(batch["passage_input_ids"], batch["passage_attention_mask"]).detach()
+    f = (q[batch["pair_query"]] * d).sum(-1) / m.temperature
+    mask = batch["mask"]
+    scores = torch.full(mask.shape, float("-inf")).masked_scatter(mask, f) + 0.5 * batch["bm25"]
+    want = grads(full, scores)
+    assert got.keys() == want.keys()
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], msg=n)
+    both = grads(full, full.score_batch(batch))
+    assert any(not torch.allclose(both[n], want[n]) for n in want)
+    with pytest.raises(SettingsError, match="passage_grad"):
+        RerankerSystem(encoder=str(tiny_bert_dir), architecture="cross", max_length=48, max_prefix_tokens=16,
+                       passage_grad=False)
+
+
+def test_attention_dropout_replaces_the_encoders_own(tiny_bert_dir):
+    """``attention_dropout`` reaches the config and every self-attention module (the one dropout whose
+    mask is drawn over [heads, T, T]); the encoder's other dropout and its pretrained weights are kept."""
+    from ralm.settings import SettingsError
+    from reranking.system import RerankerSystem
+
+    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", max_prefix_tokens=16, max_passage_tokens=24)
+    own, none = RerankerSystem(**kw), RerankerSystem(**kw, attention_dropout=0.0)
+    assert own.model.config.attention_probs_dropout_prob > 0 and none.model.config.attention_probs_dropout_prob == 0
+    attn = [m.dropout.p for n, m in none.model.named_modules() if n.endswith("attention.self")]
+    assert attn and all(p == 0 for p in attn)
+    assert none.model.config.hidden_dropout_prob == own.model.config.hidden_dropout_prob
+    for (n, a), b in zip(own.model.state_dict().items(), none.model.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=n)
+    with pytest.raises(SettingsError, match="--model.attention_dropout"):
+        RerankerSystem(**kw, attention_dropout=1.5)

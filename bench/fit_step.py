@@ -1,0 +1,88 @@
+"""What a reranker training step costs, and what two settings save: ``--model.attention_dropout 0`` and
+``--model.passage_grad false``.
+
+    python bench/fit_step.py [--repeats 4] [--data data/real/smollm2-wt2] [--precision auto]
+
+The real step (``RerankerSystem.score_batch`` and its loss: the project's collator, the all-MiniLM-L6-v2
+bi-encoder with the real-text recipe's settings, marginal-likelihood loss, backward, AdamW) on batches of
+16 examples x 8 candidates (prefixes 64, passages 128 MiniLM tokens) from the committed real-text training
+data, the settings alternating in one process, median and best of ``--repeats``. Every model starts from
+the same weights and sees the same batches. Prints the CPU model and flags, the load average before and
+after, and each setting's speed against the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ralm.precision import cpu_description, resolve  # noqa: E402
+
+
+def batches(data: Path, system, n: int, batch_size: int = 16, k: int = 8):
+    import pyarrow.parquet as pq
+
+    from reranking.data import RerankCollator, parquet_files
+
+    rows = pq.read_table(parquet_files(data)[0]).to_pylist()[: n * batch_size]
+    collate = RerankCollator(system.tokenizer, system.fmt, max_candidates=k)
+    return [collate(rows[i * batch_size:(i + 1) * batch_size]) for i in range(n)]
+
+
+def step_seconds(system, opt, batch, dtype) -> float:
+    t = time.perf_counter()
+    with torch.autocast("cpu", torch.bfloat16, enabled=dtype == "bfloat16"):
+        scores = system.score_batch(batch)
+    loss = system.loss_fn(scores, batch["lm_logprobs"], batch["mask"])
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return time.perf_counter() - t
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--data", type=Path, default=ROOT / "data" / "real" / "smollm2-wt2")
+    ap.add_argument("--precision", default="auto", help="auto, float32 or bfloat16")
+    a = ap.parse_args(argv)
+    from reranking.system import RerankerSystem
+
+    dtype = resolve(a.precision, "cpu").dtype
+    print(f"CPU: {cpu_description()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"compute {dtype}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    settings = dict(encoder="minilm-l6", architecture="bi", max_prefix_tokens=64, max_passage_tokens=128,
+                    cosine_temperature=0.05, bm25_weight=1.0, lr=5e-5, warmup_steps=0, total_steps=1000)
+    variants = {"default (dropout 0.1 everywhere, passages with gradient)": {},
+                "attention_dropout 0": {"attention_dropout": 0.0},
+                "passage_grad false": {"passage_grad": False}}
+    systems = {name: RerankerSystem(**settings, **kw) for name, kw in variants.items()}
+    first = next(iter(systems.values()))
+    for s in systems.values():
+        s.model.load_state_dict(first.model.state_dict())
+    opts = {name: torch.optim.AdamW(s.model.parameters(), lr=5e-5) for name, s in systems.items()}
+    times = {name: [] for name in systems}
+    for i, batch in enumerate(batches(a.data, first, a.repeats + 1)):
+        for name, s in systems.items():
+            t = step_seconds(s, opts[name], batch, dtype)
+            if i:  # the first step of each is warm-up (oneDNN primitives, allocator)
+                times[name].append(t)
+    base = statistics.median(times[next(iter(times))])
+    for name, t in times.items():
+        print(f"{name}: median {statistics.median(t):.2f} s, best {min(t):.2f} s per step -> "
+              f"{base / statistics.median(t):.2f}x the default's speed", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
