@@ -5,7 +5,8 @@ Runs ``python -m demo.run`` (every stage the real CLI, in its own process) with 
 the dev and held-out texts: the same training data and the same 100 fine-tuning steps of the generic
 pretrained MiniLM (fetched by ``scripts/setup.sh``; the test skips without it), evaluated on the 8
 evaluation articles. Training cannot be cut: at 40 steps on 1,000 examples the reranker was still
-behind BM25 on its validation split (measured), so this is the suite's slowest test (~20 min on 2 cores).
+behind BM25 on its validation split (measured), so this is the suite's slowest test (its fine-tuning
+~28 min in float32 on a 2-core AVX2-only CPU, measured with the demo).
 """
 
 from __future__ import annotations
