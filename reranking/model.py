@@ -24,11 +24,11 @@ def _encoder(encoder: str, pretrained: bool, config, attention_dropout: float | 
     given = config is not None
     config = config if given else load_config(encoder)
     if attention_dropout is not None:
-        if not 0 <= attention_dropout < 1 or not hasattr(config, "attention_probs_dropout_prob"):
-            raise ValueError(f"attention_dropout={attention_dropout} must be in [0, 1) and the encoder's config "
-                             f"must have attention_probs_dropout_prob ({type(config).__name__} has "
-                             f"{'it' if hasattr(config, 'attention_probs_dropout_prob') else 'not'}); "
-                             "--model.attention_dropout")
+        if not 0 <= attention_dropout < 1:
+            raise ValueError(f"attention_dropout={attention_dropout} must be in [0, 1) (--model.attention_dropout)")
+        if not hasattr(config, "attention_probs_dropout_prob"):
+            raise ValueError(f"--model.attention_dropout: {type(config).__name__} has no attention_probs_dropout_prob "
+                             "to replace; leave it unset (null) for this encoder")
         config.attention_probs_dropout_prob = float(attention_dropout)
     if pretrained and not given:
         r = resolve(encoder)
