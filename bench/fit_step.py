@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ralm.precision import cpu_description, resolve  # noqa: E402
+from ralm.scoring import autocast_for  # noqa: E402
 
 
 def batches(data: Path, system, n: int, batch_size: int = 16, k: int = 8):
@@ -40,7 +41,7 @@ def batches(data: Path, system, n: int, batch_size: int = 16, k: int = 8):
 
 def step_seconds(system, opt, batch, dtype) -> float:
     t = time.perf_counter()
-    with torch.autocast("cpu", torch.bfloat16, enabled=dtype == "bfloat16"):
+    with autocast_for(torch.device("cpu"), dtype):
         scores = system.score_batch(batch)
     loss = system.loss_fn(scores, batch["lm_logprobs"], batch["mask"])
     loss.backward()
