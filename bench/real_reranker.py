@@ -4,6 +4,7 @@
     python bench/real_reranker.py data        # data_gen.build with SmolLM2 (hours; committed under data/real/)
     python bench/real_reranker.py fit         # MiniLM rerankers (configs/real/fit_ARCH.yaml), several seeds
     python bench/real_reranker.py validate    # every reranker on the fits' held-out training examples (minutes)
+    python bench/real_reranker.py heldout     # every reranker on the shards no fit read (minutes)
     python bench/real_reranker.py eval        # eval.ppl rows on the report text, then eval.compare
     python bench/real_reranker.py all         # every stage in turn
 
@@ -72,17 +73,21 @@ def data(out: Path, extra: list[str]) -> None:
 DATA = ROOT / "data" / "real" / "smollm2-wt2"
 
 
-def training_data(out: Path, shards: int | None) -> Path:
+def training_data(out: Path, shards: int | None, heldout: bool = False) -> Path:
     """The training shards a fit reads: the first ``shards`` shards of the committed dataset (all when
-    None), linked into one directory so that the fit's data is fixed even while data_gen still runs."""
+    None), linked into one directory so that the fit's data is fixed even while data_gen still runs.
+    ``heldout``: the other shards instead, those after the first ``shards`` (examples no such fit read)."""
     files = sorted(DATA.glob("train-*.parquet"))
     if shards is not None:
         want = [f for f in files if int(f.name.split("-")[1]) < shards]
         if len(want) < shards:
             raise SystemExit(f"--shards {shards}: only {len(want)} of the first {shards} shards are in {DATA}; "
                              "run the data stage further or lower --shards")
-        files = want
-    d = out / f"train-data-{len(files)}shards"
+        files = [f for f in files if f not in want] if heldout else want
+    if heldout and not files:
+        raise SystemExit(f"no shard of {DATA} is held out from fits on --shards {shards}: pass the fits' --shards "
+                         "and generate more with the data stage")
+    d = out / (f"heldout-data-{len(files)}shards" if heldout else f"train-data-{len(files)}shards")
     d.mkdir(parents=True, exist_ok=True)
     for f in files:
         link = d / f.name
@@ -168,6 +173,20 @@ def validate(out: Path, shards: int | None) -> None:
     print(text, flush=True)
 
 
+def heldout(out: Path, shards: int | None) -> None:
+    """Every reranker found, the untrained cosine and BM25's first as choosers on the shards after the
+    fits' first ``shards`` (``bench/heldout.py``): hundreds of examples no fit read, where the fits' own
+    validation split has 78. Encoder passes only, so this is where levers are compared."""
+    from bench.heldout import main as heldout_main
+
+    data_dir = training_data(out, shards if shards is not None else 3, heldout=True)
+    found = [str(p) for p in sorted((out / "rerankers").glob("*-*")) + sorted((out / "rerankers-dev").glob("*-*"))
+             if (p / "reranker.json").exists()]
+    against = ",".join(["cosine"] + [Path(p).name for p in found if p.endswith("-untrained")])
+    heldout_main(["--data", str(data_dir), "--rerankers", *found, "--cosine", str(ROOT / "configs" / "real" / "fit_bi.yaml"),
+                  "--against", against, "--out", str(out / "heldout.md")])
+
+
 CHEAP = ["none", "bm25", "cosine"]   # one LM row per stride
 COSTLY = ["zero-shot", "oracle"]      # k LM rows per stride
 
@@ -232,7 +251,7 @@ def seeds_summary(ppl_dir: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=["prepare", "data", "fit", "validate", "eval", "all"])
+    ap.add_argument("stage", choices=["prepare", "data", "fit", "validate", "heldout", "eval", "all"])
     ap.add_argument("--out", default="runs/real", help="where splits, index, runs and tables go")
     ap.add_argument("--archs", default="bi,bi_bm25", help="rerankers to fit (configs/real/fit_ARCH.yaml: bi, bi_bm25, cross)")
     ap.add_argument("--seeds", default="0,1,2", help="training seeds")
@@ -258,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         fit(out, a.archs.split(","), [int(s) for s in a.seeds.split(",")], a.shards, extra)
     if a.stage in ("validate", "all"):
         validate(out, a.shards)
+    if a.stage in ("heldout", "all"):
+        heldout(out, a.shards)
     if a.stage in ("eval", "all"):
         evaluate(out, a.texts.split(","), a.cheap_texts.split(","), extra, reuse=not a.no_reuse)
     return 0

@@ -1,0 +1,128 @@
+"""Every reranker as a chooser on stored training examples that no fit read, with paired intervals.
+
+    python bench/heldout.py --data runs/real/heldout-data --rerankers runs/real/rerankers/*-* --cosine configs/real/fit_bi.yaml
+
+The fits validate on 5 % of their own shards (78 examples): too few to tell apart rerankers whose
+difference is a tenth of a nat. Shards generated after the fits' (``bench/real_reranker.py heldout``
+links them) are examples of the same kind that no fit saw, hundreds of them, and scoring them costs
+encoder passes only (the LM's log p(y | d; x) of each candidate is stored). For each reranker the
+candidate it ranks first is "chosen"; printed: the mean −log p(y | d; x) of the choice (nats per
+target), the share of the BM25-to-oracle gap that captures, how often it is BM25's first, and paired
+bootstrap intervals (examples resampled) of its difference from BM25's first and from each baseline
+given with ``--against``. Nothing evaluated is read, so settings may be chosen here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def stored_examples(data_dir: str | Path, k: int):
+    """Every example of the shards in ``data_dir`` (datasets.Dataset; no split) and the LM's
+    log-probabilities ``[n, k]`` of its first ``k`` candidates (-inf on missing ones)."""
+    from reranking.data import RerankDataModule
+
+    ds = RerankDataModule(data_dir=str(data_dir), tokenizer="minilm-l6")._load()
+    lm = np.full((len(ds), k), -np.inf)
+    for i, row in enumerate(ds["lm_logprobs"]):
+        lm[i, :min(k, len(row))] = row[:k]
+    return ds, lm
+
+
+def choose(ds, k: int, reranker: str | Path, batch_size: int = 32) -> np.ndarray:
+    """The index of the candidate ``reranker`` (an export directory, as ``eval.ppl --reranker`` takes it)
+    ranks first among each example's first ``k``, BM25 prior included; scored in float32."""
+    from torch.utils.data import DataLoader
+
+    from reranking.data import RerankCollator
+    from reranking.export import load_reranker
+
+    model, tokenizer, fmt = load_reranker(reranker)
+    collate = RerankCollator(tokenizer, fmt, k)
+    picks = []
+    with torch.inference_mode():
+        for batch in DataLoader(ds, batch_size=batch_size, shuffle=False, collate_fn=collate):
+            mask = batch["mask"]
+            f = model(**{key: batch[key] for key in model.input_keys if key in batch})
+            scores = torch.full(mask.shape, float("-inf")).masked_scatter(mask, f.float())
+            if fmt.bm25_weight:
+                scores = fmt.with_bm25(scores, batch["bm25"])
+            picks.append(scores.argmax(1).numpy())
+    return np.concatenate(picks)
+
+
+def table(lm: np.ndarray, picks: dict[str, np.ndarray], against: list[str], resamples: int = 1000,
+          seed: int = 0) -> str:
+    """Markdown table of each chooser's mean −log p(y | chosen d), with paired bootstrap 95 % intervals
+    of its difference from BM25's first (candidate 0) and from each chooser in ``against``."""
+    n = len(lm)
+    nll = {name: -lm[np.arange(n), p] for name, p in picks.items()}
+    bm25, oracle = -lm[:, 0], -lm.max(1)
+    boot = np.random.default_rng(seed).integers(n, size=(resamples, n))
+
+    def diff(a: np.ndarray, b: np.ndarray) -> str:
+        d = a - b
+        lo, hi = np.percentile(d[boot].mean(1), [2.5, 97.5])
+        return f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+    head = ["reranker", "mean -log p(y given chosen d)", "gap captured", "chosen = BM25's first",
+            "vs BM25's first [95% CI]"] + [f"vs {a} [95% CI]" for a in against]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for name, p in picks.items():
+        cells = [name, f"{nll[name].mean():.3f}", f"{(bm25.mean() - nll[name].mean()) / (bm25.mean() - oracle.mean()):.1%}",
+                 f"{(p == 0).mean():.1%}", diff(nll[name], bm25)]
+        cells += ["-" if a == name else diff(nll[name], nll[a]) for a in against]
+        lines.append("| " + " | ".join(cells) + " |")
+    return (f"{n} examples; BM25's first {bm25.mean():.3f}, oracle {oracle.mean():.3f} "
+            f"(mean -log p(y | d; x) per target)\n\n" + "\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="directory of data_gen.build shards no fit read")
+    ap.add_argument("--rerankers", nargs="+", default=[], help="export directories (reranking.fit --export_dir)")
+    ap.add_argument("--cosine", default=None, help="a bi-encoder fit config: add its untrained encoder as 'cosine'")
+    ap.add_argument("--k", type=int, default=8, help="candidates per example (the fits' --data.max_candidates)")
+    ap.add_argument("--against", default="", help="comma-separated reranker names to compare each row with")
+    ap.add_argument("--out", default=None, help="also write the table here")
+    a = ap.parse_args(argv)
+    ds, lm = stored_examples(a.data, a.k)
+    picks = {}
+    if a.cosine:
+        picks["cosine"] = choose(ds, a.k, untrained_export(Path(a.cosine)))
+        print(f"cosine: {len(ds)} examples chosen", file=sys.stderr, flush=True)
+    for r in a.rerankers:
+        picks[Path(r).name] = choose(ds, a.k, r)
+        print(f"{Path(r).name}: {len(ds)} examples chosen", file=sys.stderr, flush=True)
+    text = table(lm, picks, [x for x in a.against.split(",") if x])
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text)
+    return 0
+
+
+def untrained_export(config: Path) -> Path:
+    """An export of a fit config's model before training (``runs/untrained/CONFIG``, written once), so that
+    the untrained encoder is scored through the same loading path as every trained reranker."""
+    import yaml
+
+    from reranking.export import export
+    from reranking.system import RerankerSystem
+
+    target = ROOT / "runs" / "untrained" / config.stem
+    if not (target / "reranker.json").exists():
+        torch.manual_seed(0)
+        export(RerankerSystem(**yaml.safe_load(config.read_text())["model"]), target, trained={"steps": 0})
+    return target
+
+
+if __name__ == "__main__":
+    sys.exit(main())
