@@ -18,7 +18,8 @@
 3. The reference loop (bench/naive_eval.py: one window per forward, logits everywhere) against
    ``python -m eval.ppl``, both as whole processes (start-up counts), on the tiny model (2 x 128, real
    50,257-token vocabulary, L 1,024, stride 4): none and zero-shot k = 16 on the same text and
-   candidates. Their NLL sums must agree.
+   candidates; then none at GPT-2-small size (12 x 768), where the LM head is a small share of the
+   FLOPs and the same levers are worth far less. Their NLL sums must agree.
 """
 
 from __future__ import annotations
@@ -163,53 +164,66 @@ def projections(rates: dict, train_rate: float, tokens_per_pair: float, train_pa
         print(f"  {name:32s} {flops / 1e15:8.1f} PFLOP  {flops / rate / 3600:10.1f} h")
 
 
-def naive_part(tmp: Path, text: str, tokenizer, none_strides: int, zs_strides: int, batch_size: int | None) -> None:
+#: part 3's models: (label, layers, width, heads). The tiny one's LM head is most of its FLOPs, so skipping
+#: the head on unscored positions is worth ~10x there; at GPT-2-small size the head is a small share.
+NAIVE_MODELS = (("tiny GPT-2 2 x 128", 2, 128, 2), ("GPT-2-small size 12 x 768", 12, 768, 12))
+
+
+def naive_part(tmp: Path, text: str, tokenizer, strides: dict[str, dict[str, int]], batch_size: int | None) -> None:
+    """The reference loop against ``eval.ppl`` as whole processes, for each model of ``NAIVE_MODELS``
+    (``strides[label][reranker]``: strides to run; 0 skips)."""
+    print(f"reference loop (bench/naive_eval.py) vs python -m eval.ppl, whole processes; random GPT-2 weights, "
+          f"vocab 50,257, L {L}, stride {STRIDE}, {torch.get_num_threads()} threads:")
+    for label, n_layer, n_embd, n_head in NAIVE_MODELS:
+        model_dir = tmp / f"gpt2-{n_layer}x{n_embd}"
+        make_gpt2(model_dir, tokenizer, n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=50257)
+        for name, n in strides[label].items():
+            if n > 0:
+                _naive_row(tmp, model_dir, label, name, n, text, tokenizer, batch_size)
+
+
+def _naive_row(tmp: Path, model_dir: Path, label: str, name: str, strides: int, text: str, tokenizer,
+               batch_size: int | None) -> None:
     from ralm.retrieval import Passage, reference_entry, write_reference_json
     from ralm.windows import stride_windows
 
-    model_dir = tmp / "tiny"
-    make_gpt2(model_dir, tokenizer, n_layer=2, n_embd=128, n_head=2, vocab_size=50257)
     paras = [x.strip() for x in text.split("\n") if len(x.split()) > 60]
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    print(f"reference loop (bench/naive_eval.py) vs python -m eval.ppl, whole processes; tiny GPT-2 2 x 128, "
-          f"vocab 50,257, L {L}, stride {STRIDE}, {torch.get_num_threads()} threads:")
-    for name, strides in (("none", none_strides), ("zero-shot", zs_strides)):
-        if strides <= 0:
-            continue
-        text_file = tmp / f"{name}.txt"
-        text_file.write_text(tokenizer.decode(ids[:L + STRIDE * strides]), encoding="utf-8")
-        n = len(tokenizer(text_file.read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"])
-        naive = [sys.executable, str(ROOT / "bench" / "naive_eval.py"), "--model", str(model_dir), "--text",
-                 str(text_file), "--stride", str(STRIDE), "--max-length", str(L)]
-        ours = [sys.executable, "-m", "eval.ppl", "--model", str(model_dir), "--text.file", str(text_file),
-                "--reranker", name, "--windows.stride", str(STRIDE), "--windows.max_length", str(L),
-                "--windows.zero_shot_tokens", str(S_PRIME), "--retrieval.k", str(K), "--progress", "false",
-                "--output_dir", str(tmp / f"ppl-{name}")]
-        if batch_size:
-            ours += ["--scoring.batch_size", str(batch_size)]
-        if name == "zero-shot":
-            rng = random.Random(0)
-            entries = [reference_entry(w.target_begin, w.end, "", "", [] if w.index == 0 else
-                                       [Passage(f"{w.index}-{j}", f"T{rng.randrange(99)}", rng.choice(paras), 0.0)
-                                        for j in range(K)]) for w in stride_windows(n, STRIDE, L)]
-            write_reference_json(tmp / "retrieval.json", entries)
-            naive += ["--retrieval-file", str(tmp / "retrieval.json"), "--ranking", "logprob", "--num-docs", str(K),
-                      "--rank-tokens", str(S_PRIME)]
-            ours += ["--retrieval_file", str(tmp / "retrieval.json")]
-        t = time.perf_counter()
-        out = subprocess.run(naive, capture_output=True, text=True, check=True, cwd=ROOT)
-        t_naive = time.perf_counter() - t
-        ref = json.loads(out.stdout.strip().splitlines()[-1])
-        t = time.perf_counter()
-        subprocess.run(ours, capture_output=True, text=True, check=True, cwd=ROOT)
-        t_ours = time.perf_counter() - t
-        res = json.loads((tmp / f"ppl-{name}" / "results.json").read_text())
-        if res["n_scored_tokens"] != ref["n_scored_tokens"]:
-            raise SystemExit(f"{name}: scored tokens differ: {res['n_scored_tokens']} vs {ref['n_scored_tokens']}")
-        diff = abs(res["nll_sum"] - ref["nll_sum"]) / abs(ref["nll_sum"])
-        print(f"  {name:10s} {res['n_strides']:5d} strides: reference {t_naive:7.1f} s (its loop {ref['loop_seconds']:.1f}) "
-              f"| eval.ppl {t_ours:6.1f} s (in its run {res['seconds']:.1f}) | {t_naive / t_ours:5.1f}x whole process "
-              f"| NLL relative difference {diff:.1e}")
+    text_file = tmp / f"{name}.txt"
+    text_file.write_text(tokenizer.decode(ids[:L + STRIDE * strides]), encoding="utf-8")
+    n = len(tokenizer(text_file.read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"])
+    out_dir = tmp / f"ppl-{model_dir.name}-{name}"
+    naive = [sys.executable, str(ROOT / "bench" / "naive_eval.py"), "--model", str(model_dir), "--text",
+             str(text_file), "--stride", str(STRIDE), "--max-length", str(L)]
+    ours = [sys.executable, "-m", "eval.ppl", "--model", str(model_dir), "--text.file", str(text_file),
+            "--reranker", name, "--windows.stride", str(STRIDE), "--windows.max_length", str(L),
+            "--windows.zero_shot_tokens", str(S_PRIME), "--retrieval.k", str(K), "--progress", "false",
+            "--output_dir", str(out_dir)]
+    if batch_size:
+        ours += ["--scoring.batch_size", str(batch_size)]
+    if name == "zero-shot":
+        rng = random.Random(0)
+        entries = [reference_entry(w.target_begin, w.end, "", "", [] if w.index == 0 else
+                                   [Passage(f"{w.index}-{j}", f"T{rng.randrange(99)}", rng.choice(paras), 0.0)
+                                    for j in range(K)]) for w in stride_windows(n, STRIDE, L)]
+        write_reference_json(tmp / "retrieval.json", entries)
+        naive += ["--retrieval-file", str(tmp / "retrieval.json"), "--ranking", "logprob", "--num-docs", str(K),
+                  "--rank-tokens", str(S_PRIME)]
+        ours += ["--retrieval_file", str(tmp / "retrieval.json")]
+    t = time.perf_counter()
+    out = subprocess.run(naive, capture_output=True, text=True, check=True, cwd=ROOT)
+    t_naive = time.perf_counter() - t
+    ref = json.loads(out.stdout.strip().splitlines()[-1])
+    t = time.perf_counter()
+    subprocess.run(ours, capture_output=True, text=True, check=True, cwd=ROOT)
+    t_ours = time.perf_counter() - t
+    res = json.loads((out_dir / "results.json").read_text())
+    if res["n_scored_tokens"] != ref["n_scored_tokens"]:
+        raise SystemExit(f"{name}: scored tokens differ: {res['n_scored_tokens']} vs {ref['n_scored_tokens']}")
+    diff = abs(res["nll_sum"] - ref["nll_sum"]) / abs(ref["nll_sum"])
+    print(f"  {label}, {name:10s} {res['n_strides']:5d} strides: reference {t_naive:7.1f} s (its loop "
+          f"{ref['loop_seconds']:.1f}) | eval.ppl {t_ours:6.1f} s (in its run {res['seconds']:.1f}) | "
+          f"{t_naive / t_ours:5.1f}x whole process | NLL relative difference {diff:.1e}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only-naive", action="store_true", help="run part 3 only")
     ap.add_argument("--none-strides", type=int, default=1000, help="strides of part 3's no-retrieval run")
     ap.add_argument("--zero-shot-strides", type=int, default=30, help="strides of part 3's zero-shot run")
+    ap.add_argument("--small-strides", type=int, default=60,
+                    help="strides of part 3's no-retrieval run at GPT-2-small size (0 skips it)")
     ap.add_argument("--batch-size", type=int, help="eval.ppl --scoring.batch_size in part 3 (default: its own)")
     a = ap.parse_args(argv)
     device = torch.device(a.device)
@@ -244,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
             rates = lm_part(device, sync, peak, a.repeats, tmp, tokenizer)
             projections(rates, *train_part(device, sync, peak, tmp))
         if not a.skip_naive and device.type == "cpu":
-            naive_part(tmp, text, tokenizer, a.none_strides, a.zero_shot_strides, a.batch_size)
+            tiny, small = (label for label, *_ in NAIVE_MODELS)
+            naive_part(tmp, text, tokenizer, {tiny: {"none": a.none_strides, "zero-shot": a.zero_shot_strides},
+                                              small: {"none": a.small_strides}}, a.batch_size)
     return 0
 
 
