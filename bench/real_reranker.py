@@ -96,17 +96,26 @@ def training_data(out: Path, shards: int | None, heldout: bool = False) -> Path:
     return d
 
 
+#: Fit settings that change how a model is trained, not the model it starts from.
+TRAINING_ONLY = ("loss", "temperature", "lr", "weight_decay", "warmup_steps", "passage_grad", "attention_dropout")
+
+
 def export_untrained(out: Path, arch: str) -> None:
     """A bi-encoder with a BM25 prior before any training (``ARCH-untrained``): the ablation row that says
     what training adds to the prior. (A plain bi-encoder's untrained row is the cosine row; a cross-
     encoder's untrained head is random, so it has none.)"""
     import yaml
 
-    model = yaml.safe_load((ROOT / "configs" / "real" / f"fit_{arch}.yaml").read_text())["model"]
+    def settings(name: str) -> dict:
+        return yaml.safe_load((ROOT / "configs" / "real" / f"fit_{name}.yaml").read_text())["model"]
+
+    def start(model: dict) -> dict:  # the settings that make the untrained model
+        return {k: v for k, v in model.items() if k not in TRAINING_ONLY}
+
+    model = settings(arch)
     target = out / "rerankers" / f"{arch}-untrained"
-    if (model.get("architecture") != "bi" or not model.get("bm25_weight") or model.get("loss", "marginal") != "marginal"
-            or not model.get("passage_grad", True)  # another loss or training: the same untrained model as bi_bm25's
-            or (target / "reranker.json").exists()):
+    if (model.get("architecture") != "bi" or not model.get("bm25_weight") or (target / "reranker.json").exists()
+            or (arch != "bi_bm25" and start(model) == start(settings("bi_bm25")))):  # a lever on bi_bm25's start
         return
     from reranking.export import export
     from reranking.system import RerankerSystem
@@ -115,18 +124,26 @@ def export_untrained(out: Path, arch: str) -> None:
     print(f"{target}: the untrained {arch} reranker", flush=True)
 
 
-def fit(out: Path, archs: list[str], seeds: list[int], shards: int | None, extra: list[str]) -> None:
+def fit(out: Path, archs: list[str], seeds: list[int], shards: int | None, extra: list[str], dev: bool = False) -> None:
+    """Fit each config and seed; ``dev``: a lever being judged, exported under ``rerankers-dev/`` where the
+    eval stage does not look (it reads ``rerankers/``), so that nothing unchosen reaches an evaluated text."""
     data_dir = training_data(out, shards)
     for arch in archs:
-        export_untrained(out, arch)
+        if not dev:
+            export_untrained(out, arch)
         for seed in seeds:
-            export = out / "rerankers" / f"{arch}-seed{seed}"
+            export = out / ("rerankers-dev" if dev else "rerankers") / f"{arch}-seed{seed}"
             if (export / "reranker.json").exists():
                 print(f"{export}: done already", flush=True)
                 continue
             run(["-m", "reranking.fit", "--config", f"configs/real/fit_{arch}.yaml", "--data.data_dir", str(data_dir),
                  "--seed_everything", str(seed), "--trainer.logger.init_args.save_dir", str(out / "logs"),
                  "--trainer.logger.init_args.version", f"seed{seed}", "--export_dir", str(export), *extra])
+
+
+def exports(out: Path) -> list[Path]:
+    """Every finished export: the evaluated ones (``rerankers/``), then the levers (``rerankers-dev/``)."""
+    return [p for d in ("rerankers", "rerankers-dev") for p in sorted((out / d).glob("*-*")) if (p / "reranker.json").exists()]
 
 
 def validate(out: Path, shards: int | None) -> None:
@@ -145,8 +162,7 @@ def validate(out: Path, shards: int | None) -> None:
 
     quiet_lightning(False)
     data_dir = training_data(out, shards)
-    rows = [("cosine", "bi", None)] + [(p.name, p.name.split("-")[0], p) for p in
-                                       sorted((out / "rerankers").glob("*-*")) if (p / "reranker.json").exists()]
+    rows = [("cosine", "bi", None)] + [(p.name, p.name.split("-")[0], p) for p in exports(out)]
     keys = ["nll_reranker", "gap_captured", "mrr", "top1_agreement", "nll_bm25", "nll_oracle", "nll_nodoc"]
     lines = ["| reranker | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     for name, arch, export in rows:
@@ -180,8 +196,7 @@ def heldout(out: Path, shards: int | None) -> None:
     from bench.heldout import main as heldout_main
 
     data_dir = training_data(out, shards if shards is not None else 3, heldout=True)
-    found = [str(p) for p in sorted((out / "rerankers").glob("*-*")) + sorted((out / "rerankers-dev").glob("*-*"))
-             if (p / "reranker.json").exists()]
+    found = [str(p) for p in exports(out)]
     against = ",".join(["cosine"] + [Path(p).name for p in found if p.endswith("-untrained")])
     heldout_main(["--data", str(data_dir), "--rerankers", *found, "--cosine", str(ROOT / "configs" / "real" / "fit_bi.yaml"),
                   "--against", against, "--out", str(out / "heldout.md")])
@@ -257,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2", help="training seeds")
     ap.add_argument("--shards", type=int, default=None,
                     help="fit on the first N shards of data/real/smollm2-wt2 (default: all that are there)")
+    ap.add_argument("--dev", action="store_true",
+                    help="fit: export under rerankers-dev/ (a lever judged on held-out shards, never evaluated)")
     ap.add_argument("--texts", default="report,recheck", help="texts to evaluate on (runs/real/texts/NAME.txt)")
     ap.add_argument("--cheap-texts", default="recheck",
                     help="texts evaluated without the k-forward rows (zero-shot, oracle)")
@@ -274,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.stage in ("data", "all"):
         data(out, extra)
     if a.stage in ("fit", "all"):
-        fit(out, a.archs.split(","), [int(s) for s in a.seeds.split(",")], a.shards, extra)
+        fit(out, a.archs.split(","), [int(s) for s in a.seeds.split(",")], a.shards, extra, dev=a.dev)
     if a.stage in ("validate", "all"):
         validate(out, a.shards)
     if a.stage in ("heldout", "all"):
