@@ -119,3 +119,28 @@ def test_minilm_cross_encoder_pairs_use_bert_conventions():
     first_sep = int((ids[0] == tok.sep_token_id).nonzero()[0])
     assert (tt[0, :first_sep + 1] == 0).all() and (tt[0, first_sep + 1:int(am[0].sum())] == 1).all()
     assert tok.decode(ids[0][am[0].bool()]) == "[CLS] the prefix words [SEP] a passage [SEP]"
+
+
+def test_smollm2_generation_equals_the_plain_transcription(smollm, bm25_corpus):
+    """``ralm.generate`` with SmolLM2 (another tokenizer than GPT-2's, a Llama-family model): the same tokens
+    and passages as the one-token-at-a-time transcription of tests/test_generate.py, batched prompts included."""
+    from ralm.generate import Decoding, generate
+    from ralm.search_process import SearchProcess
+    from ralm.selectors import BM25First
+    from ralm.settings import Retrieval, Windows
+    from tests.test_generate import PROMPTS, plain_generation
+
+    lm, tok = smollm
+    sp = SearchProcess(str(bm25_corpus["index"]))
+    try:
+        gens = generate(lm, tok, PROMPTS, BM25First(), sp, retrieval=Retrieval(k=4, query_tokens=8),
+                        windows=Windows(stride=5, max_length=L, doc_max_tokens=DOC_MAX),
+                        decoding=Decoding(max_new_tokens=12))
+        for prompt, g in zip(PROMPTS, gens):
+            want, docids = plain_generation(lm, tok, prompt, sp, k=4, stride=5, query_tokens=8, max_length=L,
+                                            doc_max_tokens=DOC_MAX, n_new=12)
+            assert g.token_ids == want, prompt
+            assert [r["docid"] for r in g.retrievals] == docids
+        assert any(r["docid"] for g in gens for r in g.retrievals), "no passage was placed: the test would be vacuous"
+    finally:
+        sp.close()
