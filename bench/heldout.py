@@ -39,24 +39,21 @@ def stored_examples(data_dir: str | Path, k: int):
 
 def choose(ds, k: int, reranker: str | Path, batch_size: int = 32) -> np.ndarray:
     """The index of the candidate ``reranker`` (an export directory, as ``eval.ppl --reranker`` takes it)
-    ranks first among each example's first ``k``, BM25 prior included; scored in float32."""
-    from torch.utils.data import DataLoader
+    ranks first among each example's first ``k``: the evaluation's own selector
+    (:class:`reranking.selector.PredictiveSelector`, BM25 prior included), given the stored prefix as the
+    stride's prefix text and the stored passages with their BM25 scores as its candidates."""
+    from ralm.retrieval import Passage
+    from ralm.selectors import StrideBatch
+    from reranking.selector import PredictiveSelector
 
-    from reranking.data import RerankCollator
-    from reranking.export import load_reranker
-
-    model, tokenizer, fmt = load_reranker(reranker)
-    collate = RerankCollator(tokenizer, fmt, k)
-    picks = []
-    with torch.inference_mode():
-        for batch in DataLoader(ds, batch_size=batch_size, shuffle=False, collate_fn=collate):
-            mask = batch["mask"]
-            f = model(**{key: batch[key] for key in model.input_keys if key in batch})
-            scores = torch.full(mask.shape, float("-inf")).masked_scatter(mask, f.float())
-            if fmt.bm25_weight:
-                scores = fmt.with_bm25(scores, batch["bm25"])
-            picks.append(scores.argmax(1).numpy())
-    return np.concatenate(picks)
+    selector = PredictiveSelector.from_path(reranker)
+    picks: list[int] = []
+    for start in range(0, len(ds), batch_size):
+        rows = ds[start:start + batch_size]
+        cands = [[Passage(str(j), "", text, float(score)) for j, (text, score) in enumerate(zip(texts[:k], scores[:k]))]
+                 for texts, scores in zip(rows["doc_texts"], rows["bm25_scores"])]
+        picks += selector.select(StrideBatch(list(rows["prefix_text"]), cands, [int(i) for i in rows["id"]]))
+    return np.asarray(picks)
 
 
 def table(lm: np.ndarray, picks: dict[str, np.ndarray], against: list[str], resamples: int = 1000,
