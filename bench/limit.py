@@ -1,6 +1,6 @@
 """How close each stage gets to the hardware, what the paper-scale jobs would take, and the reference ratio.
 
-    python bench/limit.py                   # CPU, all three parts (~15 min on 2 cores)
+    python bench/limit.py                   # CPU, all three parts (~20 min on 2 cores)
     python bench/limit.py --skip-naive      # parts 1-2 only (~4 min)
     python bench/limit.py --device cuda     # on a GPU: bf16 autocast, MFU against the device's bf16 peak
 
