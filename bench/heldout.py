@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -37,16 +36,13 @@ def stored_examples(data_dir: str | Path, k: int):
     return ds, lm
 
 
-def choose(ds, k: int, reranker: str | Path, batch_size: int = 32) -> np.ndarray:
-    """The index of the candidate ``reranker`` (an export directory, as ``eval.ppl --reranker`` takes it)
-    ranks first among each example's first ``k``: the evaluation's own selector
-    (:class:`reranking.selector.PredictiveSelector`, BM25 prior included), given the stored prefix as the
-    stride's prefix text and the stored passages with their BM25 scores as its candidates."""
+def choose(ds, k: int, selector, batch_size: int = 32) -> np.ndarray:
+    """The index of the candidate an evaluation selector (``PredictiveSelector`` for an export, BM25 prior
+    included; ``CosineSelector`` for the cosine row) ranks first among each example's first ``k``, given
+    the stored prefix as the stride's prefix text and the stored passages with their BM25 scores."""
     from ralm.retrieval import Passage
     from ralm.selectors import StrideBatch
-    from reranking.selector import PredictiveSelector
 
-    selector = PredictiveSelector.from_path(reranker)
     picks: list[int] = []
     for start in range(0, len(ds), batch_size):
         rows = ds[start:start + batch_size]
@@ -83,10 +79,13 @@ def table(lm: np.ndarray, picks: dict[str, np.ndarray], against: list[str], resa
 
 
 def main(argv: list[str] | None = None) -> int:
+    from reranking.selector import PredictiveSelector
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="directory of data_gen.build shards no fit read")
     ap.add_argument("--rerankers", nargs="+", default=[], help="export directories (reranking.fit --export_dir)")
-    ap.add_argument("--cosine", default=None, help="a bi-encoder fit config: add its untrained encoder as 'cosine'")
+    ap.add_argument("--cosine", default=None, help="a bi-encoder fit config: add its untrained encoder as 'cosine', "
+                                                    "built as eval.ppl's cosine row (demo.run.cosine_flags)")
     ap.add_argument("--k", type=int, default=8, help="candidates per example (the fits' --data.max_candidates)")
     ap.add_argument("--against", default="", help="comma-separated reranker names to compare each row with")
     ap.add_argument("--out", default=None, help="also write the table here")
@@ -94,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     ds, lm = stored_examples(a.data, a.k)
     picks = {}
     if a.cosine:
-        picks["cosine"] = choose(ds, a.k, untrained_export(Path(a.cosine)))
+        picks["cosine"] = choose(ds, a.k, cosine_selector(Path(a.cosine)))
         print(f"cosine: {len(ds)} examples chosen", file=sys.stderr, flush=True)
     for r in a.rerankers:
-        picks[Path(r).name] = choose(ds, a.k, r)
+        picks[Path(r).name] = choose(ds, a.k, PredictiveSelector.from_path(r))
         print(f"{Path(r).name}: {len(ds)} examples chosen", file=sys.stderr, flush=True)
     text = table(lm, picks, [x for x in a.against.split(",") if x])
     print(text)
@@ -106,19 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def untrained_export(config: Path) -> Path:
-    """An export of a fit config's model before training (``runs/untrained/CONFIG``, written once), so that
-    the untrained encoder is scored through the same loading path as every trained reranker."""
+def cosine_selector(config: Path):
+    """The cosine row of ``eval.ppl`` for a bi-encoder fit config: its encoder, untrained, with the fit's
+    prefix and passage lengths (what ``demo.run.cosine_flags`` passes the evaluation)."""
     import yaml
 
-    from reranking.export import export
-    from reranking.system import RerankerSystem
+    from reranking.selector import CosineSelector
 
-    target = ROOT / "runs" / "untrained" / config.stem
-    if not (target / "reranker.json").exists():
-        torch.manual_seed(0)
-        export(RerankerSystem(**yaml.safe_load(config.read_text())["model"]), target, trained={"steps": 0})
-    return target
+    m = yaml.safe_load(config.read_text())["model"]
+    return CosineSelector(m["encoder"], prefix_tokens=m["max_prefix_tokens"], passage_tokens=m["max_passage_tokens"])
 
 
 if __name__ == "__main__":
