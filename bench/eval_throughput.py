@@ -27,6 +27,7 @@ from bench.naive_eval import naive_nll
 from eval.predict import run_loop
 from ralm.retrieval import Passage
 from ralm.selectors import BUILTIN
+from ralm.settings import Devices, Scoring, Windows
 from ralm.windows import stride_windows
 
 NAIVE_RANKING = {"none": "none", "bm25": "first", "zero-shot": "logprob", "oracle": "oracle"}
@@ -73,9 +74,9 @@ def main():
         t_naive = time.perf_counter() - t
         t = time.perf_counter()
         res = run_loop(ids, tok, fused, BUILTIN[name](), lambda run: [cands[w.index] for w in run],
-                       batch_size=args.batch_size, stride=args.stride, max_length=args.max_length,
-                       k=args.k, strides_per_chunk=max(args.batch_size, 16),
-                       accelerator=args.device, progress=False)
+                       windows=Windows(stride=args.stride, max_length=args.max_length),
+                       scoring=Scoring(batch_size=args.batch_size), k=args.k,
+                       strides_per_chunk=max(args.batch_size, 16), devices=Devices(args.device, 1))
         t_fast = time.perf_counter() - t
         agree = abs(res.nll_sum - naive) / abs(naive)
         print(f"{name:>10}: naive {scored / t_naive:9.1f} tok/s | batched {scored / t_fast:9.1f} tok/s | "

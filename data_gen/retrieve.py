@@ -51,13 +51,16 @@ def open_searcher(build: BuildConfig, verbose: bool = False):
     return searcher
 
 
-def retrieve_shard(searcher, build: BuildConfig, tokenizer, ids: np.ndarray, example_ids: np.ndarray,
-                   positions: np.ndarray, titles: list[str], forbidden: Collection[str], batch: int) -> pa.Table:
+def retrieve_shard(searcher, build: BuildConfig, tokenizer, ids: np.ndarray, samples: pa.Table,
+                   forbidden: Collection[str], batch: int) -> pa.Table:
     """One shard's candidates as a :data:`RETRIEVED_SCHEMA` table (every batch submitted at once, so the
-    search process works through them without waiting for this thread)."""
+    search process works through them without waiting for this thread); ``samples``: the shard's rows of
+    the sampled examples (id, position, source_title)."""
     from ralm.corpus import detokenize_title
 
     k, ell = build.retrieval.k, build.retrieval.query_tokens
+    example_ids, positions = samples.column("id").to_numpy(), samples.column("position").to_numpy()
+    titles = samples.column("source_title").to_pylist()
     queries = [query_text(tokenizer, ids, int(p), ell) for p in positions]
     excluded = list(titles) if build.exclude_source else [None] * len(titles)
     futures = [searcher.submit(queries[i:i + batch], k, exclude_titles=excluded[i:i + batch], forbidden=forbidden)
@@ -122,14 +125,11 @@ def run_retrieve(layout: Layout, model: str, ids: np.ndarray, samples: pa.Table,
         atomic_write_json(layout.retrieval_info, {
             "index": build.retrieval.index, "fingerprint": searcher.fingerprint(), "num_docs": searcher.num_docs,
             "k1": build.retrieval.k1, "b": build.retrieval.b, "n_forbidden_titles": len(forbidden)})
-        positions = samples.column("position").to_numpy()
-        titles = samples.column("source_title").to_pylist()
         t0 = last = time.perf_counter()
         done = 0
         for j, s in enumerate(todo):
             r = build.shard_ids(s)
-            table = retrieve_shard(searcher, build, tokenizer, ids, np.arange(r.start, r.stop),
-                                   positions[r.start:r.stop], titles[r.start:r.stop], forbidden, batch)
+            table = retrieve_shard(searcher, build, tokenizer, ids, samples.slice(r.start, len(r)), forbidden, batch)
             atomic_write_parquet(layout.retrieved(s), table)
             done += len(r)
             now = time.perf_counter()

@@ -19,6 +19,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from eval.ppl import Ranker
 from ralm.settings import InputError, Retrieval, Scoring, Windows
@@ -57,12 +58,12 @@ def generate(prompt: str | None = None, prompts_file: str | None = None, model: 
     prompts = _read_prompts(prompt, prompts_file)
     decoding = Decoding(max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, top_p=top_p,
                         seed=seed, stop=stop)
-    lm, tok, selector, search, windows = _open(model, reranker, retrieval, windows, ranker, seed, device, verbose)
+    opened = _open(model, reranker, retrieval, windows, ranker, seed, device, verbose)
     try:
-        rows = _generate_batches(lm, tok, prompts, selector, search, retrieval, windows, decoding, batch_size)
+        rows = _generate_batches(opened, prompts, retrieval, decoding, batch_size)
     finally:
-        if search is not None:
-            search.close()
+        if opened.search is not None:
+            opened.search.close()
     for r in rows:
         r.update(model=model, reranker=reranker)
     if out:
@@ -86,7 +87,15 @@ def _read_prompts(prompt: str | None, prompts_file: str | None) -> list[str]:
     return prompts
 
 
-def _open(model, reranker, retrieval: Retrieval, windows: Windows, ranker: Ranker, seed, device, verbose):
+class _Opened(NamedTuple):
+    lm: object
+    tok: object
+    selector: object
+    search: object  # a SearchProcess, or None for rerankers that use no documents
+    windows: Windows  # L fitted to the LM
+
+
+def _open(model, reranker, retrieval: Retrieval, windows: Windows, ranker: Ranker, seed, device, verbose) -> _Opened:
     """The LM, its tokenizer, the selector, the search process (None for ``none``) and the windows with L
     fitted to the LM; the reranker is refused before anything loads when generation cannot use it."""
     if reranker in ("zero-shot", "oracle"):
@@ -110,18 +119,18 @@ def _open(model, reranker, retrieval: Retrieval, windows: Windows, ranker: Ranke
 
         check_index(retrieval.index)
         search = SearchProcess(retrieval.index, k1=retrieval.k1, b=retrieval.b, verbose=verbose)
-    return lm, tok, selector, search, windows
+    return _Opened(lm, tok, selector, search, windows)
 
 
-def _generate_batches(lm, tok, prompts, selector, search, retrieval, windows, decoding, batch_size) -> list[dict]:
+def _generate_batches(opened: _Opened, prompts, retrieval: Retrieval, decoding, batch_size: int) -> list[dict]:
     """Generations as JSON-ready rows; one prompt streams its text to stdout, several print a line each."""
     from ralm.generate import generate as ralm_generate
 
     stream = (lambda b, text: print(text, end="", flush=True)) if len(prompts) == 1 else None
     rows = []
     for i in range(0, len(prompts), batch_size):
-        for g in ralm_generate(lm, tok, prompts[i:i + batch_size], selector, search, retrieval=retrieval,
-                               windows=windows, decoding=decoding, on_tokens=stream):
+        for g in ralm_generate(opened.lm, opened.tok, prompts[i:i + batch_size], opened.selector, opened.search,
+                               retrieval=retrieval, windows=opened.windows, decoding=decoding, on_tokens=stream):
             rows.append({"prompt": g.prompt, "text": g.text, "token_ids": g.token_ids, "retrievals": g.retrievals})
             if stream is None:
                 print(json.dumps({"prompt": g.prompt, "text": g.text}, ensure_ascii=False), flush=True)

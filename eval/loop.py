@@ -54,6 +54,16 @@ def make_chunks(windows: Sequence[Window], size: int) -> list[Chunk]:
     return chunks
 
 
+@dataclass(frozen=True)
+class ChunkInput:
+    """What a chunk is scored from besides the token stream: per stride, the allowed passages in rank
+    order and the decoded window tokens before the targets ("" when the selector does not read them)."""
+
+    chunk: Chunk
+    candidates: list[list["Passage"]]
+    prefix_texts: list[str]
+
+
 @dataclass
 class ChunkResult:
     """What one chunk measured (arrays over its strides ``B`` and scored tokens ``T``)."""
@@ -68,23 +78,21 @@ class ChunkResult:
     chosen: list  # (B,) the chosen Passage or None
 
 
-def score_chunk(ids: torch.Tensor, chunk: Chunk, candidates: list[list["Passage"]], prefix_texts: list[str],
-                scorer: LMScorer, selector: Selector, docs: DocumentEncoder, *, zero_shot_tokens: int,
-                k: int, reuse: "ReusedScores | None" = None) -> ChunkResult:
-    """Choose a document per stride of ``chunk`` and score its targets.
+def score_chunk(ids: torch.Tensor, item: ChunkInput, scorer: LMScorer, selector: Selector, docs: DocumentEncoder,
+                *, zero_shot_tokens: int, k: int, reuse: "ReusedScores | None" = None) -> ChunkResult:
+    """Choose a document per stride of ``item.chunk`` and score its targets.
 
-    ids: (N,) long, the whole token stream; candidates: per stride, the allowed passages in rank order
-    (at most ``k`` used); prefix_texts: per stride, the decoded window tokens before the targets ("" when
-    the selector does not read them); reuse: target NLLs an earlier run computed for the same LM inputs.
+    ids: (N,) long, the whole token stream; item: the chunk with its candidates (at most ``k`` used) and
+    prefix texts; reuse: target NLLs an earlier run computed for the same LM inputs.
     """
-    run = list(chunk.windows)
-    if chunk.index == 0:  # the first window: scored whole with no retrieval
+    run = list(item.chunk.windows)
+    if item.chunk.index == 0:  # the first window: scored whole with no retrieval
         w = run[0]
         win = ids[w.begin:w.end].unsqueeze(0)
         return _chunk_result(run, [[]], [-1], [(scorer.nll(win, win, w.length - 1)[0], False)])
     wins = torch.stack([ids[w.begin:w.end] for w in run])  # (B, W)
-    cands = [list(c[:k]) for c in candidates] if selector.uses_documents else [[] for _ in run]
-    batch = StrideBatch(prefix_texts=prefix_texts, candidates=cands, stride_ids=[w.index for w in run])
+    cands = [list(c[:k]) for c in item.candidates] if selector.uses_documents else [[] for _ in run]
+    batch = StrideBatch(prefix_texts=item.prefix_texts, candidates=cands, stride_ids=[w.index for w in run])
     trg = run[0].trg_len
     if selector.needs_lm_scores:
         rank_extra = zero_shot_tokens if selector.lm_ranking == "prefix" else 0

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -25,7 +24,9 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch.utils.data import IterableDataset
 
-from eval.loop import CandidateFn, Chunk, ChunkResult, LoopResult, assemble, make_chunks, prefix_texts, score_chunk
+from eval.loop import (CandidateFn, Chunk, ChunkInput, ChunkResult, LoopResult, assemble, make_chunks, prefix_texts,
+                       score_chunk)
+from ralm.files import atomic_write
 from ralm.retrieval import Passage
 from ralm.scoring import DocumentEncoder, LMScorer, attach_lm
 from ralm.selectors import Selector
@@ -43,16 +44,15 @@ def chunk_path(chunks_dir: Path, index: int) -> Path:
 
 
 def save_chunk(path: Path, res: ChunkResult) -> None:
-    """One chunk's result, atomically (temporary name, fsync, rename); passages as JSON bytes (no pickle)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """One chunk's result (``ralm.files.atomic_write``); passages as JSON bytes (no pickle)."""
     chosen = [None if p is None else [p.docid, p.title, p.text, p.score, p.contents] for p in res.chosen]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **{k: getattr(res, k) for k in CHUNK_KEYS},
-                 chosen=np.frombuffer(json.dumps(chosen).encode(), dtype=np.uint8))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # an open file: np.savez would append ".npz" to a bare name
+            np.savez(f, **{k: getattr(res, k) for k in CHUNK_KEYS},
+                     chosen=np.frombuffer(json.dumps(chosen).encode(), dtype=np.uint8))
+
+    atomic_write(path, write)
 
 
 def load_chunk(path: Path) -> ChunkResult | None:
@@ -103,7 +103,7 @@ class StrideChunks(IterableDataset):
                 else:
                     cands = source.get(chunk) if source is not None else [[] for _ in run]
                     prefixes = prefix_texts(self.tokenizer, wins, run[0].trg_len, self.selector)
-                yield {"chunk": chunk, "candidates": cands, "prefix_texts": prefixes}
+                yield ChunkInput(chunk, cands, prefixes)
         finally:
             if source is not None:
                 source.close()
@@ -131,10 +131,9 @@ class EvalModule(pl.LightningModule):
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch  # an item holds no tensors: the windows are cut from ``self.ids`` in the step
 
-    def predict_step(self, item: dict, batch_idx: int = 0) -> ChunkResult:
-        return score_chunk(self.ids, item["chunk"], item["candidates"], item["prefix_texts"], self.scorer,
-                           self.selector, self.docs, zero_shot_tokens=self.zero_shot_tokens, k=self.k,
-                           reuse=self.reuse)
+    def predict_step(self, item: ChunkInput, batch_idx: int = 0) -> ChunkResult:
+        return score_chunk(self.ids, item, self.scorer, self.selector, self.docs,
+                           zero_shot_tokens=self.zero_shot_tokens, k=self.k, reuse=self.reuse)
 
 
 class ChunkWriter(BasePredictionWriter):
@@ -147,9 +146,9 @@ class ChunkWriter(BasePredictionWriter):
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
                            dataloader_idx=0) -> None:
-        save_chunk(chunk_path(self.dir, batch["chunk"].index), prediction)
+        save_chunk(chunk_path(self.dir, batch.chunk.index), prediction)
         if self.progress is not None:
-            self.progress.update(len(batch["chunk"].windows))
+            self.progress.update(len(batch.chunk.windows))
 
 
 def unbatched(item):
@@ -184,11 +183,8 @@ def predict_chunks(module: EvalModule, chunks: Sequence[Chunk], make_candidates,
 
 
 def run_loop(ids: Sequence[int], tokenizer, lm: torch.nn.Module, selector: Selector,
-             candidates: CandidateFn | None = None, *, batch_size: int = 16,
-             dtype: str = "auto", stride: int = Windows.stride, max_length: int = Windows.max_length,
-             doc_max_tokens: int = Windows.doc_max_tokens, zero_shot_tokens: int = Windows.zero_shot_tokens,
-             k: int = Retrieval.k, strides_per_chunk: int = 64, accelerator: str = "auto",
-             progress: bool = True) -> LoopResult:
+             candidates: CandidateFn | None = None, *, windows: Windows = Windows(), scoring: Scoring = Scoring(),
+             k: int = Retrieval.k, strides_per_chunk: int = 64, devices: Devices = Devices(devices=1)) -> LoopResult:
     """Score every target token of ``ids`` the way ``python -m eval.ppl`` does: its chunks, its
     :class:`StrideChunks` and :class:`EvalModule` in one ``Trainer.predict`` (``ralm.stage``), each chunk
     written by :class:`ChunkWriter` and read back, then assembled. ``candidates`` maps windows to their
@@ -196,20 +192,16 @@ def run_loop(ids: Sequence[int], tokenizer, lm: torch.nn.Module, selector: Selec
     import tempfile
 
     from ralm.cli import quiet_lightning
-    from ralm.progress import Progress
 
     quiet_lightning(False)
     if selector.uses_documents and candidates is None:
         raise ValueError(f"the {selector.name!r} reranker needs retrieval: pass candidates")
     ids_t = torch.as_tensor(list(ids), dtype=torch.long)
-    windows = stride_windows(len(ids_t), stride, max_length)
-    chunks = make_chunks(windows, strides_per_chunk)
+    wins = stride_windows(len(ids_t), windows.stride, windows.max_length)
+    chunks = make_chunks(wins, strides_per_chunk)
     source = (lambda: _ListedCandidates(candidates)) if candidates is not None else None
-    with tempfile.TemporaryDirectory() as tmp, \
-            Progress(len(windows), f"ppl [{selector.name}]", "strides", enabled=progress) as bar:
-        module = EvalModule(lm, selector, ids_t, tokenizer, k=k, scoring=Scoring(batch_size=batch_size, dtype=dtype),
-                            windows=Windows(stride=stride, max_length=max_length, doc_max_tokens=doc_max_tokens,
-                                            zero_shot_tokens=zero_shot_tokens))
-        predict_chunks(module, chunks, source, ChunkWriter(Path(tmp), bar), Devices(accelerator, 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        module = EvalModule(lm, selector, ids_t, tokenizer, windows=windows, k=k, scoring=scoring)
+        predict_chunks(module, chunks, source, ChunkWriter(Path(tmp)), devices)
         results = [load_chunk(chunk_path(Path(tmp), c.index)) for c in chunks]
-    return assemble(ids_t.tolist(), windows, results)
+    return assemble(ids_t.tolist(), wins, results)

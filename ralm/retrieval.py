@@ -294,12 +294,13 @@ class RetrievalCache:
         return [[_passage_from_dict(d) for d in row] for row in data["results"]]
 
     def put(self, key: str, results: list[list[Passage]]) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with gzip.open(tmp, "wt", encoding="utf-8") as f:
-            json.dump({"results": [[_passage_to_dict(p) for p in row] for row in results]}, f, ensure_ascii=False)
-        os.replace(tmp, path)  # atomic: a crash never leaves a half-written entry
+        from ralm.files import atomic_write
+
+        def write(tmp: Path) -> None:
+            with gzip.open(tmp, "wt", encoding="utf-8") as f:
+                json.dump({"results": [[_passage_to_dict(p) for p in row] for row in results]}, f, ensure_ascii=False)
+
+        atomic_write(self._path(key), write)  # a crash never leaves a half-written entry
 
     def search(self, retriever: BM25Retriever, queries: list[str], k: int,
                exclude_titles: Sequence[str | None] | None = None,

@@ -336,6 +336,7 @@ def test_cli_flags_override_yaml():
 def test_source_article_excluded_in_both_spellings():
     """WikiText writes "Kiss You ( One Direction song )", DPR "Kiss You (One Direction song)": drop both."""
     import numpy as np
+    import pyarrow as pa
 
     from data_gen.config import BuildConfig
     from data_gen.retrieve import retrieve_shard
@@ -359,8 +360,8 @@ def test_source_article_excluded_in_both_spellings():
 
     build = BuildConfig(examples=2, seed=0, shard_size=2, model="m", text=Text(file="t"), eval_text=Text(dataset=None),
                         retrieval=Retrieval(index="i", k=2, query_tokens=4), windows=Windows(max_length=64, doc_max_tokens=8))
-    table = retrieve_shard(FakeSearch(), build, Tok(), np.arange(100), np.arange(2), np.array([40, 50]),
-                           [written, "Plain"], set(), batch=8).to_pylist()
+    samples = pa.table({"id": np.arange(2), "position": np.array([40, 50]), "source_title": [written, "Plain"]})
+    table = retrieve_shard(FakeSearch(), build, Tok(), np.arange(100), samples, set(), batch=8).to_pylist()
     assert table[0]["doc_titles"] == ["Other", "Plain"]
     assert table[1]["doc_titles"] == [written, wiki]
 

@@ -11,10 +11,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from eval.predict import run_loop
 from ralm.retrieval import Passage
 from ralm.selectors import BUILTIN, RandomCandidate
+from ralm.settings import Scoring, Windows
 from ralm.windows import stride_windows, window_ending_at
 from tests.reference import strided_nll
 
 STRIDE, L, DOC_MAX, S_PRIME = 4, 48, 20, 8
+WINDOWS = Windows(stride=STRIDE, max_length=L, doc_max_tokens=DOC_MAX, zero_shot_tokens=S_PRIME)
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama-bos"])
@@ -54,8 +56,8 @@ def test_batched_loop_matches_plain_reference(lm, setup, strategy):
     selector = RandomCandidate(seed=0) if strategy == "random" else BUILTIN[strategy]()
     for batch_size in (1, 3, 16):
         res = run_loop(ids, tok, model, selector, lambda run: [cands[w.index] for w in run],
-                       batch_size=batch_size, dtype="float32", stride=STRIDE, max_length=L,
-                       doc_max_tokens=DOC_MAX, zero_shot_tokens=S_PRIME, k=16, strides_per_chunk=5, progress=False)
+                       windows=WINDOWS, scoring=Scoring(batch_size=batch_size, dtype="float32"), k=16,
+                       strides_per_chunk=5)
         assert res.token_nll.size == len(ids) - 1
         np.testing.assert_allclose(res.token_nll, expected.numpy(), rtol=1e-5, atol=1e-5)
         assert res.nll_sum == pytest.approx(float(expected.sum()), rel=1e-5)
@@ -76,7 +78,7 @@ def test_documents_change_the_scores(lm, setup):
     model, tok = lm
     ids, cands = setup
     fn = lambda run: [cands[w.index] for w in run]  # noqa: E731
-    kw = dict(dtype="float32", stride=STRIDE, max_length=L, doc_max_tokens=DOC_MAX, progress=False)
+    kw = dict(windows=WINDOWS, scoring=Scoring(dtype="float32"))
     none = run_loop(ids, tok, model, BUILTIN["none"](), fn, **kw)
     oracle = run_loop(ids, tok, model, BUILTIN["oracle"](), fn, **kw)
     assert oracle.nll_sum < none.nll_sum

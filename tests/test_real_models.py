@@ -45,6 +45,7 @@ def text_and_cands(wiki_text, smollm):
 def test_smollm2_loop_matches_plain_reference(smollm, text_and_cands, strategy):
     from eval.predict import run_loop
     from ralm.selectors import BUILTIN
+    from ralm.settings import Scoring, Windows
     from tests.reference import strided_nll
 
     model, tok = smollm
@@ -52,8 +53,8 @@ def test_smollm2_loop_matches_plain_reference(smollm, text_and_cands, strategy):
     expected = strided_nll(model, tok, ids, cands, strategy, stride=STRIDE, max_length=L, doc_max=DOC_MAX,
                            s_prime=S_PRIME)
     res = run_loop(ids, tok, model, BUILTIN[strategy](), lambda run: [cands[w.index] for w in run],
-                   batch_size=5, dtype="float32", stride=STRIDE, max_length=L, doc_max_tokens=DOC_MAX, zero_shot_tokens=S_PRIME, k=3,
-                   strides_per_chunk=4, progress=False)
+                   windows=Windows(stride=STRIDE, max_length=L, doc_max_tokens=DOC_MAX, zero_shot_tokens=S_PRIME),
+                   scoring=Scoring(batch_size=5, dtype="float32"), k=3, strides_per_chunk=4)
     np.testing.assert_allclose(res.token_nll, expected.numpy(), rtol=1e-4, atol=1e-4)
     assert res.token_nll.mean() < 8.0  # a real LM: far below log(49152) = 10.8
 
