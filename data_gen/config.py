@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 
 from ralm.settings import Devices, InputError, Retrieval, Scoring, Text, Windows
@@ -19,6 +20,19 @@ from ralm.settings import Devices, InputError, Retrieval, Scoring, Text, Windows
 
 class BuildError(InputError):
     """A problem with the user's input: the message names the input and the fix (exit status 2)."""
+
+
+def log(msg: str) -> None:
+    """One progress or summary line of the build (stderr, flushed: it reaches a piped log at once)."""
+    print(f"[data_gen] {msg}", file=sys.stderr, flush=True)
+
+
+def load_text(text: Text, what: str) -> str:
+    """``text``'s contents; a missing or unreadable one is a :class:`BuildError` naming ``--what``."""
+    try:
+        return text.load()
+    except (FileNotFoundError, ValueError) as e:
+        raise BuildError(f"--{what}: {e}") from None
 
 
 @dataclass(frozen=True)

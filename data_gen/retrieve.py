@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from ralm.retrieval import query_text
 
-from .config import BuildConfig, BuildError
+from .config import BuildConfig, BuildError, RunConfig, log
 from .shards import (
     RETRIEVED_SCHEMA,
     Layout,
@@ -164,3 +164,25 @@ def wait_for_shard(path: Path, failed: Path, poll: float = 0.2) -> None:
         if failed.exists():
             raise BuildError(f"retrieval failed: {failed.read_text()}")
         time.sleep(poll)
+
+
+def start_retrieve(layout: Layout, run: RunConfig, tokens, samples: pa.Table, forbidden: set[str], rank0: bool):
+    """BM25 for the shards that lack it, on rank 0: now (``--stage retrieve``), or in a background
+    thread that scoring waits on shard by shard (returned; None when there is nothing to retrieve)."""
+    todo = shards_to_retrieve(layout)  # rank 0 retrieves them; other ranks wait for each shard they score
+    if not todo:
+        return None
+    args = (layout, layout.build.model, tokens, samples, forbidden, run.retrieval_batch, run.verbose, log)
+    if run.stage == "retrieve":
+        if rank0:
+            log(f"[retrieve] {len(todo)} shard(s), {len(forbidden):,} forbidden evaluation title(s)")
+            run_retrieve(*args)
+        return None
+    layout.retrieve_failed.unlink(missing_ok=True)
+    if not rank0:
+        return None
+    log(f"[retrieve] {len(todo)} shard(s) in the background, {len(forbidden):,} forbidden evaluation "
+        "title(s); scoring starts with the first one")
+    thread = RetrieveThread(*args)
+    thread.start()
+    return thread

@@ -14,13 +14,18 @@ An example is a target position ``p`` with ``L - s <= p <= N - s``; its window i
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ralm.corpus import split_articles
 
-from .config import BuildError
+from .config import BuildConfig, BuildError, load_text, log
+
+if TYPE_CHECKING:
+    from .shards import Layout
 
 
 @dataclass
@@ -92,3 +97,29 @@ def sample_positions(n_tokens: int, examples: int, window: int, stride: int, see
             f"({n_tokens:,} tokens, window {window}); lower --examples or use a longer text")
     rng = np.random.default_rng(seed)
     return rng.choice(n_valid, size=examples, replace=False).astype(np.int64) + lo
+
+
+def run_sample(layout: Layout, build: BuildConfig, tokenizer, window: int, write: bool):
+    """Token ids of the training text and the sampled example positions (cached in work/)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .shards import atomic_save_npy, atomic_write_parquet, store_config
+
+    if layout.tokens.exists() and layout.samples.exists():
+        return np.load(layout.tokens, mmap_mode="r"), pq.read_table(layout.samples)
+    if not write:
+        raise BuildError(f"{layout.samples} is missing on a non-zero rank: run `--stage retrieve` once (single "
+                         "process) before a multi-node scoring run")
+    text = load_text(build.text, "text")
+    t0 = time.perf_counter()
+    tok = tokenize_text(tokenizer, text)
+    log(f"[sample] {build.text.describe()}: {len(text):,} chars -> {len(tok.ids):,} tokens, {len(tok.titles):,} "
+         f"articles in {time.perf_counter() - t0:.1f}s")
+    positions = sample_positions(len(tok.ids), build.examples, window, build.windows.stride, build.seed)
+    samples = pa.table({"id": np.arange(build.examples, dtype=np.int64), "position": positions,
+                        "source_title": tok.title_at(positions)})
+    store_config(layout)  # every input passed: from here on the directory holds this dataset
+    atomic_save_npy(layout.tokens, tok.ids)
+    atomic_write_parquet(layout.samples, samples)
+    return np.load(layout.tokens, mmap_mode="r"), samples

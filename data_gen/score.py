@@ -25,7 +25,8 @@ from torch.utils.data import Dataset
 from ralm.scoring import DocumentEncoder, LMScorer, attach_lm, condition_on_documents
 from ralm.windows import window_ending_at
 
-from .shards import atomic_save_npz
+from .config import RunConfig, log
+from .shards import Layout, atomic_save_npz
 
 
 def done_ids(scores_dir: Path) -> set[int]:
@@ -158,3 +159,54 @@ class ScoreWriter(BasePredictionWriter):
         if self._shard is not None and shard != self._shard and self.shard_done and trainer.is_global_zero:
             self.shard_done(self._shard)
         self._shard = shard
+
+
+def pending_chunks(layout, batch_examples: int) -> list[tuple[int, list[int]]]:
+    """(shard, example ids) scoring steps still to do: unfinished shards minus ids found in chunk files."""
+    chunks = []
+    for s in range(layout.build.n_shards):
+        if layout.shard(s).exists():
+            continue
+        done = done_ids(layout.scores(s))
+        todo = [i for i in layout.build.shard_ids(s) if i not in done]
+        chunks += [(s, todo[j:j + batch_examples]) for j in range(0, len(todo), batch_examples)]
+    return chunks
+
+
+def run_score(layout: Layout, run: RunConfig, window: int, rank0: bool, n_total: int, shard_done=None) -> bool:
+    """Score the pending chunks with Lightning; returns True in the process that writes the dataset."""
+    from torch.utils.data import DataLoader
+
+    from ralm.cli import quiet_lightning
+    from ralm.precision import for_run
+    from ralm.progress import Progress
+    from ralm.stage import open_lm, predict
+
+    quiet_lightning(run.verbose)
+    build = layout.build
+    chunks = pending_chunks(layout, run.batch_examples)
+    if not chunks:
+        return rank0
+    n_ex = sum(len(c[1]) for c in chunks)
+    precision = for_run(run.scoring.dtype, run.trainer.accelerator)
+    if rank0:
+        log(f"[score] {n_ex:,} example(s) in {len(chunks):,} step(s) of <= {run.batch_examples} examples "
+             f"(<= {run.batch_examples * (build.retrieval.k + 1)} LM rows of {window} tokens each); LM compute "
+             f"dtype {precision.describe(run.scoring.dtype)}")
+    model = open_lm(build.model, run.scoring, layout.work)
+    shards = sorted({s for s, _ in chunks})
+    dataset = ChunkDataset(chunks, {s: str(layout.retrieved(s)) for s in shards}, str(layout.tokens), build.model,
+                           window, build.windows.stride, build.windows.doc_max_tokens, str(layout.retrieve_failed))
+    loader = DataLoader(dataset, batch_size=1, shuffle=False, collate_fn=unwrap, num_workers=run.num_workers,
+                        multiprocessing_context="spawn" if run.num_workers > 0 else None,
+                        persistent_workers=run.num_workers > 0)
+    module = LMScoringModule(model, stride=build.windows.stride, batch_size=run.scoring.batch_size,
+                             dtype=precision.dtype)
+    bar = Progress(n_total, "score", "examples", enabled=run.progress and rank0, initial=n_total - n_ex)
+    writer = ScoreWriter(layout.scores_dir, bar, shard_done)
+    is_zero, dt, world = predict(module, loader, writer, run.trainer, run.scoring, "data_gen.score")
+    bar.close()
+    if is_zero:
+        log(f"[score] {n_ex:,} examples in {dt:.1f}s: {n_ex / dt:,.1f} examples/s, "
+             f"{n_ex * (build.retrieval.k + 1) * window / dt:,.0f} LM tokens/s (world size {world})")
+    return is_zero

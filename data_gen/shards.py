@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from ralm.files import atomic_write, file_sha256
 from ralm.outputs import LOCK
 from ralm.schema import TRAINING_SCHEMA
 
-from .config import BuildConfig, BuildError, config_diff, identity_json
+from .config import BuildConfig, BuildError, RunConfig, config_diff, identity_json, log
 
 #: Stage "retrieve" output per shard (input of stage "score"): the training schema's retrieval columns.
 RETRIEVED_SCHEMA = pa.schema([TRAINING_SCHEMA.field(name) for name in (
@@ -199,3 +200,78 @@ def package_versions() -> dict:
         except md.PackageNotFoundError:
             out[name] = None
     return out
+
+
+def assemble_shard(layout: Layout, s: int, tokens, tokenizer, window: int) -> bool:
+    """Write final shard ``s`` from its retrieval and score files if all its examples are scored."""
+    from ralm.windows import window_ending_at
+
+    from .score import read_scores  # score imports this module
+
+    build = layout.build
+    if layout.shard(s).exists():
+        return True
+    scores = read_scores(layout.scores(s)) if layout.scores(s).is_dir() else {}
+    ids = list(build.shard_ids(s))
+    if any(i not in scores for i in ids) or not layout.retrieved(s).exists():
+        return False
+    rows = pq.read_table(layout.retrieved(s)).to_pydict()
+    if rows["id"] != ids:
+        raise BuildError(f"{layout.retrieved(s)} does not hold examples {ids[0]}..{ids[-1]}; delete {layout.work}")
+    wins = [window_ending_at(p, build.windows.stride, window) for p in rows["position"]]
+    prefix_ids = [np.asarray(tokens[w.begin:w.target_begin], dtype=np.int32) for w in wins]
+    target_ids = [np.asarray(tokens[w.target_begin:w.end], dtype=np.int32) for w in wins]
+    lm, nodoc = [], []
+    for i, n in zip(ids, rows["n_candidates"]):
+        cand, none = scores[i]
+        if len(cand) != n:
+            raise BuildError(f"example {i}: {len(cand)} scores for {n} candidates; delete {layout.scores(s)}")
+        lm.append(cand)
+        nodoc.append(none)
+    table = pa.table({
+        "id": pa.array(ids, pa.int64()), "source_title": rows["source_title"], "position": rows["position"],
+        "prefix_text": tokenizer.batch_decode([x.tolist() for x in prefix_ids]), "prefix_ids": prefix_ids,
+        "target_ids": target_ids, "target_text": tokenizer.batch_decode([x.tolist() for x in target_ids]),
+        "query": rows["query"], "doc_ids": rows["doc_ids"], "doc_titles": rows["doc_titles"],
+        "doc_texts": rows["doc_texts"], "bm25_scores": rows["bm25_scores"], "lm_logprobs": lm,
+        "nodoc_logprob": pa.array(nodoc, pa.float32()), "n_candidates": pa.array(rows["n_candidates"], pa.int32()),
+        "note": rows["note"],
+    }, schema=TRAINING_SCHEMA)
+    atomic_write_parquet(layout.shard(s), table)
+    record_shard(layout, layout.shard(s))
+    shutil.rmtree(layout.scores(s), ignore_errors=True)
+    return True
+
+
+def write_manifest(layout: Layout, run: RunConfig, window: int, tokenizer, n_tokens: int) -> dict:
+    """The last file of a build: shards with their hashes, provenance and versions; then work/ goes."""
+    from ralm.precision import for_run
+
+    build = layout.build
+    shards, short = [], 0
+    for p in layout.shard_paths():
+        meta = pq.read_metadata(p)
+        short += sum(1 for n in pq.read_table(p, columns=["n_candidates"]).column(0).to_pylist() if n < build.retrieval.k)
+        shards.append({"file": p.name, "rows": meta.num_rows, "sha256": file_sha256(p)})
+    retrieval = json.loads(layout.retrieval_info.read_text()) if layout.retrieval_info.exists() else {}
+    manifest = {
+        "examples": build.examples, "content_hash": content_hash(shards), "shards": shards,
+        "data_files": "*.parquet",  # relative to this manifest
+        "lm": build.model, "tokenizer_class": type(tokenizer).__name__, "vocab_size": len(tokenizer),
+        "training_text": build.text.describe(), "training_text_tokens": int(n_tokens),
+        "forbidden_titles_from": build.eval_text.describe() if build.eval_text.given else None,
+        "index_fingerprint": retrieval.get("fingerprint"), "corpus_passages": retrieval.get("num_docs"),
+        "n_forbidden_titles": retrieval.get("n_forbidden_titles"), "L": window,
+        "examples_with_fewer_than_k": short,
+        # how the last scoring run computed (auto resolves by the hardware: ralm.precision)
+        "scoring_dtype": for_run(run.scoring.dtype, run.trainer.accelerator).dtype,
+        "lm_logprobs": "sum over the s target tokens of log p (nats, float32), per candidate, BM25 rank order",
+        "schema": {f.name: str(f.type) for f in TRAINING_SCHEMA},
+        "config": build.to_dict(), "versions": package_versions(),
+    }
+    atomic_write_json(layout.manifest, manifest)
+    if not run.keep_work:
+        shutil.rmtree(layout.work, ignore_errors=True)
+    log(f"done: {build.examples:,} examples in {len(shards)} shard(s) under {layout.data}; "
+         f"content hash {manifest['content_hash']}")
+    return manifest
