@@ -227,9 +227,10 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
 
     reuse = (reuse_from,) if isinstance(reuse_from, str) else tuple(reuse_from or ())
     with claim(out, "--output_dir"):  # a second evaluation on the same directory is refused at once
-        return _evaluate(_Job(model, reranker, ranker, seed, windows, scoring, trainer, retrieval, retrieval_file,
-                              uses_docs, reuse, verbose, progress), text, out, cache_dir, save_retrieval_file,
-                         chunk_strides, keep_work, t0)
+        job = _Job(model=model, reranker=reranker, ranker=ranker, seed=seed, windows=windows, scoring=scoring,
+                   trainer=trainer, retrieval=retrieval, retrieval_file=retrieval_file, reuse_from=reuse,
+                   verbose=verbose, progress=progress)
+        return _evaluate(job, text, out, cache_dir, save_retrieval_file, chunk_strides, keep_work, t0)
 
 
 @dataclass(frozen=True)
@@ -245,10 +246,13 @@ class _Job:
     trainer: Devices
     retrieval: Retrieval
     retrieval_file: str | None
-    uses_docs: bool
     reuse_from: tuple[str, ...]
     verbose: bool
     progress: bool
+
+    @property
+    def uses_docs(self) -> bool:
+        return self.reranker != "none"
 
 
 def _tokenize(job: _Job, text: Text) -> Tokens:
