@@ -108,7 +108,7 @@ def shards_to_retrieve(layout: Layout) -> list[int]:
 
 
 def run_retrieve(layout: Layout, model: str, ids: np.ndarray, samples: pa.Table, forbidden: set[str], batch: int,
-                 verbose: bool = False, log=print) -> None:
+                 verbose: bool = False) -> None:
     """Retrieve every shard that has no result file yet (the search process starts only if one is missing).
 
     The tokenizer (for decoding queries) is loaded here: a fast tokenizer must not be shared between
@@ -172,7 +172,7 @@ def start_retrieve(layout: Layout, run: RunConfig, tokens, samples: pa.Table, fo
     todo = shards_to_retrieve(layout)  # rank 0 retrieves them; other ranks wait for each shard they score
     if not todo:
         return None
-    args = (layout, layout.build.model, tokens, samples, forbidden, run.retrieval_batch, run.verbose, log)
+    args = (layout, layout.build.model, tokens, samples, forbidden, run.retrieval_batch, run.verbose)
     if run.stage == "retrieve":
         if rank0:
             log(f"[retrieve] {len(todo)} shard(s), {len(forbidden):,} forbidden evaluation title(s)")
