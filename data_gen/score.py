@@ -52,6 +52,16 @@ def read_scores(scores_dir: Path) -> dict[int, tuple[np.ndarray, float]]:
     return out
 
 
+def chunk_dtypes(scores_dir: Path) -> list[str]:
+    """The compute dtypes the chunk files of ``scores_dir`` were scored in (``unrecorded``: a chunk written
+    before the dtype was stored)."""
+    out = set()
+    for f in scores_dir.glob("ids-*.npz"):
+        with np.load(f) as z:
+            out.add(str(z["dtype"]) if "dtype" in z.files else "unrecorded")
+    return sorted(out)
+
+
 class ChunkDataset(Dataset):
     """Item i = one scoring step: the rows of a chunk of examples of one shard.
 
@@ -134,17 +144,20 @@ class LMScoringModule(pl.LightningModule):
 
 
 class ScoreWriter(BasePredictionWriter):
-    """Writes each step's results as ``scores/shard-NNNNN/ids-FIRSTID.npz``, keyed by the batch's ids.
+    """Writes each step's results as ``scores/shard-NNNNN/ids-FIRSTID.npz``, keyed by the batch's ids, with
+    the compute ``dtype`` that produced them (a resumed job may run on another machine, where ``auto``
+    resolves differently; the shard records every dtype its chunks were scored in).
 
     ``shard_done(s)`` is called (on global rank 0) when the steps move past shard ``s``, so that finished
     shards become final parquet files while later ones are scored: a long job's data is usable, and can
     be copied or committed, shard by shard."""
 
-    def __init__(self, scores_root: str | Path, progress=None, shard_done=None):
+    def __init__(self, scores_root: str | Path, progress=None, shard_done=None, dtype: str = "unrecorded"):
         super().__init__(write_interval="batch")
         self.root = Path(scores_root)
         self.progress = progress
         self.shard_done = shard_done
+        self.dtype = dtype
         self._shard = None
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
@@ -152,7 +165,7 @@ class ScoreWriter(BasePredictionWriter):
         ids = prediction["ids"].numpy().astype(np.int64)
         path = self.root / f"shard-{prediction['shard']:05d}" / f"ids-{int(ids[0]):09d}.npz"
         atomic_save_npz(path, ids=ids, counts=prediction["counts"].numpy().astype(np.int64),
-                        logprobs=prediction["logprobs"].numpy().astype(np.float32))
+                        logprobs=prediction["logprobs"].numpy().astype(np.float32), dtype=np.array(self.dtype))
         if self.progress is not None:
             self.progress.update(len(ids))
         shard = int(prediction["shard"])
@@ -203,7 +216,7 @@ def run_score(layout: Layout, run: RunConfig, window: int, rank0: bool, n_total:
     module = LMScoringModule(model, stride=build.windows.stride, batch_size=run.scoring.batch_size,
                              dtype=precision.dtype)
     bar = Progress(n_total, "score", "examples", enabled=run.progress and rank0, initial=n_total - n_ex)
-    writer = ScoreWriter(layout.scores_dir, bar, shard_done)
+    writer = ScoreWriter(layout.scores_dir, bar, shard_done, dtype=precision.dtype)
     is_zero, dt, world = predict(module, loader, writer, run.trainer, run.scoring, "data_gen.score")
     bar.close()
     if is_zero:

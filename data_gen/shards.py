@@ -167,6 +167,17 @@ def _holds_ids(path: Path, ids: range) -> bool:
     return got == list(ids)
 
 
+#: Parquet schema metadata of a shard: the compute dtypes its log-probabilities were scored in.
+SHARD_DTYPE_KEY = b"scoring_dtype"
+
+
+def shard_dtype(meta: pq.FileMetaData) -> str | None:
+    """A shard's scoring dtypes (``"float32"``, ``"bfloat16"``, or both comma-separated); ``None`` for a
+    shard written before they were recorded."""
+    got = (meta.metadata or {}).get(SHARD_DTYPE_KEY)
+    return got.decode() if got is not None else None
+
+
 def verify_manifest(layout: Layout, manifest: dict) -> None:
     """A finished dataset's shards must be exactly the ones the manifest lists (sha256 each)."""
     bad = []
@@ -206,7 +217,7 @@ def assemble_shard(layout: Layout, s: int, tokens, tokenizer, window: int) -> bo
     """Write final shard ``s`` from its retrieval and score files if all its examples are scored."""
     from ralm.windows import window_ending_at
 
-    from .score import read_scores  # score imports this module
+    from .score import chunk_dtypes, read_scores  # score imports this module
 
     build = layout.build
     if layout.shard(s).exists():
@@ -237,6 +248,8 @@ def assemble_shard(layout: Layout, s: int, tokens, tokenizer, window: int) -> bo
         "nodoc_logprob": pa.array(nodoc, pa.float32()), "n_candidates": pa.array(rows["n_candidates"], pa.int32()),
         "note": rows["note"],
     }, schema=TRAINING_SCHEMA)
+    dtypes = ",".join(chunk_dtypes(layout.scores(s)))  # more than one: a resumed job changed machines
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), SHARD_DTYPE_KEY: dtypes.encode()})
     atomic_write_parquet(layout.shard(s), table)
     record_shard(layout, layout.shard(s))
     shutil.rmtree(layout.scores(s), ignore_errors=True)
@@ -252,7 +265,8 @@ def write_manifest(layout: Layout, run: RunConfig, window: int, tokenizer, n_tok
     for p in layout.shard_paths():
         meta = pq.read_metadata(p)
         short += sum(1 for n in pq.read_table(p, columns=["n_candidates"]).column(0).to_pylist() if n < build.retrieval.k)
-        shards.append({"file": p.name, "rows": meta.num_rows, "sha256": file_sha256(p)})
+        shards.append({"file": p.name, "rows": meta.num_rows, "sha256": file_sha256(p),
+                       "scoring_dtype": shard_dtype(meta)})
     retrieval = json.loads(layout.retrieval_info.read_text()) if layout.retrieval_info.exists() else {}
     manifest = {
         "examples": build.examples, "content_hash": content_hash(shards), "shards": shards,
@@ -263,7 +277,8 @@ def write_manifest(layout: Layout, run: RunConfig, window: int, tokenizer, n_tok
         "index_fingerprint": retrieval.get("fingerprint"), "corpus_passages": retrieval.get("num_docs"),
         "n_forbidden_titles": retrieval.get("n_forbidden_titles"), "L": window,
         "examples_with_fewer_than_k": short,
-        # how the last scoring run computed (auto resolves by the hardware: ralm.precision)
+        # how the last scoring run computed (auto resolves by the hardware: ralm.precision); each shard's
+        # own dtypes are in its entry above
         "scoring_dtype": for_run(run.scoring.dtype, run.trainer.accelerator).dtype,
         "lm_logprobs": "sum over the s target tokens of log p (nats, float32), per candidate, BM25 rank order",
         "schema": {f.name: str(f.type) for f in TRAINING_SCHEMA},

@@ -85,6 +85,9 @@ def test_schema_and_manifest(built):
     assert m["corpus_passages"] > 16 and c["retrieval"]["k1"] == 0.9 and c["retrieval"]["b"] == 0.4
     assert m["n_forbidden_titles"] == 2
     assert [s["rows"] for s in m["shards"]] == [16, 16, 8]
+    # every shard records the dtype its log-probabilities were computed in (here one, the run's)
+    assert [s["scoring_dtype"] for s in m["shards"]] == ["float32"] * 3 == [m["scoring_dtype"]] * 3
+    assert [pq.read_metadata(f).metadata[b"scoring_dtype"] for f in files] == [b"float32"] * 3
     rows = load_rows(built["out"])
     assert [r["id"] for r in rows] == list(range(40))
     assert len({r["position"] for r in rows}) == 40
@@ -147,8 +150,8 @@ def test_rerun_is_a_noop_and_other_config_refused(built, dg_inputs, capsys):
     assert "different configuration" in err and "retrieval.k: stored 16, now 8" in err
 
 
-def test_kill_and_resume_gives_same_hash(built, dg_inputs, tmp_path):
-    out = tmp_path / "out"
+def killed_build(dg_inputs, out: Path) -> None:
+    """Start a build and SIGKILL it once it has written its first scores."""
     p = cli(build_args(dg_inputs, out), start_new_session=True)
     deadline = time.time() + 120
     while time.time() < deadline and p.poll() is None:
@@ -159,11 +162,37 @@ def test_kill_and_resume_gives_same_hash(built, dg_inputs, tmp_path):
     os.killpg(p.pid, signal.SIGKILL)
     p.communicate()
     assert not (out / "manifest.json").exists()
+
+
+def test_kill_and_resume_gives_same_hash(built, dg_inputs, tmp_path):
+    out = tmp_path / "out"
+    killed_build(dg_inputs, out)
     rc, log = run_cli(build_args(dg_inputs, out))
     assert rc == 0, log
     assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
     assert not (out / "work").exists()
     assert not glob.glob(str(out / ".*.tmp"))
+
+
+def test_a_shard_resumed_in_another_dtype_records_both(dg_inputs, tmp_path):
+    """A job resumed on another machine may score in another dtype (``auto`` resolves by the hardware):
+    the chunks scored before the kill are marked as bfloat16 here, as if that machine had written them,
+    and the shards they belong to say so."""
+    import numpy as np
+
+    out = tmp_path / "out"
+    killed_build(dg_inputs, out)
+    marked = set()
+    for f in map(Path, glob.glob(str(out / "work" / "scores" / "shard-*" / "ids-*.npz"))):
+        with np.load(f) as z:
+            arrays = {k: z[k] for k in z.files}
+        np.savez(f, **{**arrays, "dtype": np.array("bfloat16")})
+        marked.add(int(f.parent.name.split("-")[1]))
+    assert marked, "the killed run left no unfinished shard's scores"
+    rc, log = run_cli(build_args(dg_inputs, out))
+    assert rc == 0, log
+    got = [s["scoring_dtype"] for s in json.loads((out / "manifest.json").read_text())["shards"]]
+    assert got == ["bfloat16,float32" if s in marked else "float32" for s in range(3)]
 
 
 def test_damaged_finished_shard_is_refused_then_rebuilt(built, dg_inputs, tmp_path, capsys):
