@@ -78,6 +78,52 @@ def table(lm: np.ndarray, picks: dict[str, np.ndarray], against: list[str], resa
             f"(mean -log p(y | d; x) per target)\n\n" + "\n".join(lines) + "\n")
 
 
+class PickCache:
+    """Each chooser's picks on a held-out directory, kept under ``DATA/picks/`` by the identity of what
+    chose (an export's file hashes; the cosine row's settings) and of the shards and ``k``: a table with
+    one new reranker costs that reranker's encoder passes only. A changed export or shard misses."""
+
+    def __init__(self, data: Path, k: int):
+        from ralm.files import file_sha256
+
+        self.dir = data / "picks"
+        self.data_id = [(f.name, file_sha256(f)) for f in sorted(data.glob("*.parquet"))] + [("k", str(k))]
+
+    def get(self, name: str, identity: list, compute) -> np.ndarray:
+        import hashlib
+        import json
+
+        from ralm.files import atomic_write
+
+        key = hashlib.sha256(json.dumps([self.data_id, identity]).encode()).hexdigest()[:16]
+        path = self.dir / f"{name}-{key}.npy"
+        if path.is_file():
+            print(f"{name}: picks from {path}", file=sys.stderr, flush=True)
+            return np.load(path)
+        picks = compute()
+
+        def save(tmp: Path) -> None:
+            with open(tmp, "wb") as f:  # a file object: np.save would add ".npy" to the temporary name
+                np.save(f, picks)
+
+        atomic_write(path, save)
+        print(f"{name}: {len(picks)} examples chosen", file=sys.stderr, flush=True)
+        return picks
+
+
+def export_identity(export: Path) -> list:
+    from ralm.files import file_sha256
+
+    return [(f.name, file_sha256(f)) for f in sorted(export.iterdir()) if f.is_file()]
+
+
+def cosine_identity(config: Path) -> list:
+    import yaml
+
+    m = yaml.safe_load(config.read_text())["model"]
+    return ["cosine", m["encoder"], m["max_prefix_tokens"], m["max_passage_tokens"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     from reranking.selector import PredictiveSelector
 
@@ -91,13 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="also write the table here")
     a = ap.parse_args(argv)
     ds, lm = stored_examples(a.data, a.k)
+    cache = PickCache(Path(a.data), a.k)
     picks = {}
     if a.cosine:
-        picks["cosine"] = choose(ds, a.k, cosine_selector(Path(a.cosine)))
-        print(f"cosine: {len(ds)} examples chosen", file=sys.stderr, flush=True)
+        picks["cosine"] = cache.get("cosine", cosine_identity(Path(a.cosine)),
+                                    lambda: choose(ds, a.k, cosine_selector(Path(a.cosine))))
     for r in a.rerankers:
-        picks[Path(r).name] = choose(ds, a.k, PredictiveSelector.from_path(r))
-        print(f"{Path(r).name}: {len(ds)} examples chosen", file=sys.stderr, flush=True)
+        picks[Path(r).name] = cache.get(Path(r).name, export_identity(Path(r)),
+                                        lambda: choose(ds, a.k, PredictiveSelector.from_path(r)))
     text = table(lm, picks, [x for x in a.against.split(",") if x])
     print(text)
     if a.out:

@@ -111,7 +111,7 @@ TRAINING_ONLY = ("loss", "temperature", "lr", "weight_decay", "warmup_steps", "p
 def export_untrained(out: Path, arch: str) -> None:
     """A bi-encoder with a BM25 prior before any training (``ARCH-untrained``): the ablation row that says
     what training adds to the prior. (A plain bi-encoder's untrained row is the cosine row; a cross-
-    encoder's untrained head is random, so it has none.)"""
+    encoder's untrained head is random, so its start is exported per seed: :func:`cross_with_prior`.)"""
     import yaml
 
     def settings(name: str) -> dict:
@@ -141,12 +141,27 @@ def fit(out: Path, archs: list[str], seeds: list[int], shards: int | None, extra
             export_untrained(out, arch)
         for seed in seeds:
             export = out / ("rerankers-dev" if dev else "rerankers") / f"{arch}-seed{seed}"
-            if (export / "reranker.json").exists():
-                print(f"{export}: done already", flush=True)
-                continue
-            run(["-m", "reranking.fit", "--config", f"configs/real/fit_{arch}.yaml", "--data.data_dir", str(data_dir),
-                 "--seed_everything", str(seed), "--trainer.logger.init_args.save_dir", str(out / "logs"),
-                 "--trainer.logger.init_args.version", f"seed{seed}", "--export_dir", str(export), *extra])
+            runs = [(export, f"seed{seed}", [])]
+            if cross_with_prior(arch):  # its start: the same seeded construction, zero steps
+                runs.append((export.with_name(f"{export.name}-untrained"), f"seed{seed}-start",
+                             ["--trainer.max_steps", "0", "--model.total_steps", "100"]))
+            for target, version, steps in runs:
+                if (target / "reranker.json").exists():
+                    print(f"{target}: done already", flush=True)
+                    continue
+                run(["-m", "reranking.fit", "--config", f"configs/real/fit_{arch}.yaml", "--data.data_dir",
+                     str(data_dir), "--seed_everything", str(seed), "--trainer.logger.init_args.save_dir",
+                     str(out / "logs"), "--trainer.logger.init_args.version", version, "--export_dir", str(target),
+                     *steps, *extra])
+
+
+def cross_with_prior(arch: str) -> bool:
+    """A cross-encoder with a BM25 prior: its untrained head is random (seeded), so its ablation row is the
+    seed's own start, ``ARCH-seedS-untrained``, exported by ``reranking.fit`` with zero steps."""
+    import yaml
+
+    model = yaml.safe_load((ROOT / "configs" / "real" / f"fit_{arch}.yaml").read_text())["model"]
+    return model.get("architecture") == "cross" and bool(model.get("bm25_weight"))
 
 
 def exports(out: Path) -> list[Path]:
