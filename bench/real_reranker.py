@@ -81,21 +81,30 @@ def data(out: Path, extra: list[str]) -> None:
 DATA = ROOT / "data" / "real" / "smollm2-wt2"
 
 
-def training_data(out: Path, shards: int | None, heldout: bool = False) -> Path:
+def training_data(out: Path, shards: int | None, heldout: int = 0) -> Path:
     """The training shards a fit reads: the first ``shards`` shards of the committed dataset (all when
     None), linked into one directory so that the fit's data is fixed even while data_gen still runs.
-    ``heldout``: the other shards instead, those after the first ``shards`` (examples no such fit read)."""
+    ``heldout`` > 0: instead the ``heldout`` shards right after the first ``shards`` (examples no such fit
+    read; a fixed count, so that a table stays the same when data_gen adds shards)."""
     files = sorted(DATA.glob("train-*.parquet"))
     if shards is not None:
         want = [f for f in files if int(f.name.split("-")[1]) < shards]
         if len(want) < shards:
             raise SystemExit(f"--shards {shards}: only {len(want)} of the first {shards} shards are in {DATA}; "
                              "run the data stage further or lower --shards")
-        files = [f for f in files if f not in want] if heldout else want
+        if heldout:
+            files = [f for f in files if shards <= int(f.name.split("-")[1]) < shards + heldout]
+            if len(files) < heldout:
+                raise SystemExit(f"--heldout-shards {heldout}: only {len(files)} shard(s) after the first {shards} "
+                                 f"are in {DATA}; run the data stage further or lower --heldout-shards")
+        else:
+            files = want
     if heldout and not files:
         raise SystemExit(f"no shard of {DATA} is held out from fits on --shards {shards}: pass the fits' --shards "
                          "and generate more with the data stage")
-    d = out / (f"heldout-data-{len(files)}shards" if heldout else f"train-data-{len(files)}shards")
+    ids = [int(f.name.split("-")[1]) for f in files]
+    d = out / ((f"heldout-data-shard{ids[0]}" if len(ids) == 1 else f"heldout-data-shards{ids[0]}-{ids[-1]}")
+               if heldout else f"train-data-{len(files)}shards")
     d.mkdir(parents=True, exist_ok=True)
     for f in files:
         link = d / f.name
@@ -212,13 +221,13 @@ def validate(out: Path, shards: int | None) -> None:
     print(text, flush=True)
 
 
-def heldout(out: Path, shards: int | None) -> None:
-    """Every reranker found, the untrained cosine and BM25's first as choosers on the shards after the
-    fits' first ``shards`` (``bench/heldout.py``): hundreds of examples no fit read, where the fits' own
-    validation split has 78. Encoder passes only, so this is where levers are compared."""
+def heldout(out: Path, shards: int | None, n_heldout: int = 1) -> None:
+    """Every reranker found, the untrained cosine and BM25's first as choosers on the ``n_heldout`` shards
+    after the fits' first ``shards`` (``bench/heldout.py``): hundreds of examples no fit read, where the
+    fits' own validation split has 78. Encoder passes only, so this is where levers are compared."""
     from bench.heldout import main as heldout_main
 
-    data_dir = training_data(out, shards if shards is not None else 3, heldout=True)
+    data_dir = training_data(out, shards if shards is not None else 3, heldout=n_heldout)
     found = [str(p) for p in exports(out)]
     against = ",".join(["cosine"] + [Path(p).name for p in found if p.endswith("-untrained")])
     heldout_main(["--data", str(data_dir), "--rerankers", *found, "--cosine", str(ROOT / "configs" / "real" / "fit_bi.yaml"),
@@ -295,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2", help="training seeds")
     ap.add_argument("--shards", type=int, default=None,
                     help="fit on the first N shards of data/real/smollm2-wt2 (default: all that are there)")
+    ap.add_argument("--heldout-shards", type=int, default=1,
+                    help="heldout: judge on this many shards after the fits' --shards (default 1: shard 3 for "
+                         "--shards 3, the README's tables)")
     ap.add_argument("--dev", action="store_true",
                     help="fit: export under rerankers-dev/ (a lever judged on held-out shards, never evaluated)")
     ap.add_argument("--texts", default="report,recheck", help="texts to evaluate on (runs/real/texts/NAME.txt)")
@@ -318,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.stage in ("validate", "all"):
         validate(out, a.shards)
     if a.stage in ("heldout", "all"):
-        heldout(out, a.shards)
+        heldout(out, a.shards, a.heldout_shards)
     if a.stage in ("eval", "all"):
         evaluate(out, a.texts.split(","), a.cheap_texts.split(","), extra, reuse=not a.no_reuse)
     return 0
