@@ -113,6 +113,13 @@ def training_data(out: Path, shards: int | None, heldout: int = 0) -> Path:
     return d
 
 
+def fit_config(arch: str) -> dict:
+    """``configs/real/fit_ARCH.yaml``, parsed."""
+    import yaml
+
+    return yaml.safe_load((ROOT / "configs" / "real" / f"fit_{arch}.yaml").read_text())
+
+
 #: Fit settings that change how a model is trained, not the model it starts from.
 TRAINING_ONLY = ("loss", "temperature", "lr", "weight_decay", "warmup_steps", "passage_grad", "attention_dropout")
 
@@ -121,10 +128,8 @@ def export_untrained(out: Path, arch: str) -> None:
     """A bi-encoder with a BM25 prior before any training (``ARCH-untrained``): the ablation row that says
     what training adds to the prior. (A plain bi-encoder's untrained row is the cosine row; a cross-
     encoder's untrained head is random, so its start is exported per seed: :func:`cross_with_prior`.)"""
-    import yaml
-
     def settings(name: str) -> dict:
-        return yaml.safe_load((ROOT / "configs" / "real" / f"fit_{name}.yaml").read_text())["model"]
+        return fit_config(name)["model"]
 
     def start(model: dict) -> dict:  # the settings that make the untrained model
         return {k: v for k, v in model.items() if k not in TRAINING_ONLY}
@@ -167,9 +172,7 @@ def fit(out: Path, archs: list[str], seeds: list[int], shards: int | None, extra
 def cross_with_prior(arch: str) -> bool:
     """A cross-encoder with a BM25 prior: its untrained head is random (seeded), so its ablation row is the
     seed's own start, ``ARCH-seedS-untrained``, exported by ``reranking.fit`` with zero steps."""
-    import yaml
-
-    model = yaml.safe_load((ROOT / "configs" / "real" / f"fit_{arch}.yaml").read_text())["model"]
+    model = fit_config(arch)["model"]
     return model.get("architecture") == "cross" and bool(model.get("bm25_weight"))
 
 
@@ -184,7 +187,6 @@ def validate(out: Path, shards: int | None) -> None:
     (``RerankerSystem.validation_step``), one table. Cheap (no LM forwards: the targets are stored), so it
     is where levers are compared before any evaluated text is read."""
     import lightning.pytorch as pl
-    import yaml
     from safetensors.torch import load_model
 
     from ralm.cli import quiet_lightning
@@ -198,7 +200,7 @@ def validate(out: Path, shards: int | None) -> None:
     keys = ["nll_reranker", "gap_captured", "mrr", "top1_agreement", "nll_bm25", "nll_oracle", "nll_nodoc"]
     lines = ["| reranker | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     for name, arch, export in rows:
-        cfg = yaml.safe_load((ROOT / "configs" / "real" / f"fit_{arch}.yaml").read_text())
+        cfg = fit_config(arch)
         model, d = cfg["model"], cfg["data"]
         pl.seed_everything(0, verbose=False)
         system = RerankerSystem(**model)

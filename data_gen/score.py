@@ -39,27 +39,20 @@ def done_ids(scores_dir: Path) -> set[int]:
     return out
 
 
-def read_scores(scores_dir: Path) -> dict[int, tuple[np.ndarray, float]]:
-    """id -> (candidate log-probs (n_candidates,), no-document log-prob) from all chunk files."""
+def read_scores(scores_dir: Path) -> tuple[dict[int, tuple[np.ndarray, float]], list[str]]:
+    """id -> (candidate log-probs (n_candidates,), no-document log-prob) from all chunk files, and the
+    compute dtypes those chunks were scored in (``unrecorded``: a chunk written before the dtype was stored)."""
     out: dict[int, tuple[np.ndarray, float]] = {}
+    dtypes: set[str] = set()
     for f in sorted(scores_dir.glob("ids-*.npz")):
         with np.load(f) as z:
             ids, counts, logp = z["ids"], z["counts"], z["logprobs"]
+            dtypes.add(str(z["dtype"]) if "dtype" in z.files else "unrecorded")
         offset = 0
         for i, c in zip(ids.tolist(), counts.tolist()):
             out[int(i)] = (logp[offset:offset + c].astype(np.float32), float(logp[offset + c]))
             offset += c + 1
-    return out
-
-
-def chunk_dtypes(scores_dir: Path) -> list[str]:
-    """The compute dtypes the chunk files of ``scores_dir`` were scored in (``unrecorded``: a chunk written
-    before the dtype was stored)."""
-    out = set()
-    for f in scores_dir.glob("ids-*.npz"):
-        with np.load(f) as z:
-            out.add(str(z["dtype"]) if "dtype" in z.files else "unrecorded")
-    return sorted(out)
+    return out, sorted(dtypes)
 
 
 class ChunkDataset(Dataset):

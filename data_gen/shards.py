@@ -217,12 +217,12 @@ def assemble_shard(layout: Layout, s: int, tokens, tokenizer, window: int) -> bo
     """Write final shard ``s`` from its retrieval and score files if all its examples are scored."""
     from ralm.windows import window_ending_at
 
-    from .score import chunk_dtypes, read_scores  # score imports this module
+    from .score import read_scores  # score imports this module
 
     build = layout.build
     if layout.shard(s).exists():
         return True
-    scores = read_scores(layout.scores(s)) if layout.scores(s).is_dir() else {}
+    scores, dtypes = read_scores(layout.scores(s)) if layout.scores(s).is_dir() else ({}, [])
     ids = list(build.shard_ids(s))
     if any(i not in scores for i in ids) or not layout.retrieved(s).exists():
         return False
@@ -248,8 +248,8 @@ def assemble_shard(layout: Layout, s: int, tokens, tokenizer, window: int) -> bo
         "nodoc_logprob": pa.array(nodoc, pa.float32()), "n_candidates": pa.array(rows["n_candidates"], pa.int32()),
         "note": rows["note"],
     }, schema=TRAINING_SCHEMA)
-    dtypes = ",".join(chunk_dtypes(layout.scores(s)))  # more than one: a resumed job changed machines
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), SHARD_DTYPE_KEY: dtypes.encode()})
+    # more than one dtype: a resumed job changed machines
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), SHARD_DTYPE_KEY: ",".join(dtypes).encode()})
     atomic_write_parquet(layout.shard(s), table)
     record_shard(layout, layout.shard(s))
     shutil.rmtree(layout.scores(s), ignore_errors=True)
