@@ -1,14 +1,15 @@
-"""What a reranker training step costs, and what two settings save: ``--model.attention_dropout 0`` and
-``--model.passage_grad false``.
+"""What a reranker training step costs, and what four settings save: ``--model.attention_dropout 0``,
+``--model.passage_grad false``, shorter passages (``--model.max_passage_tokens 64``) and fewer candidates
+(``--data.max_candidates 4``; the last two with attention dropout 0, as ``configs/demo/fit.yaml`` has them).
 
     python bench/fit_step.py [--repeats 4] [--data data/real/smollm2-wt2] [--precision auto]
 
 The real step (``RerankerSystem.score_batch`` and its loss: the project's collator, the all-MiniLM-L6-v2
 bi-encoder with the real-text recipe's settings, marginal-likelihood loss, backward, AdamW) on batches of
 16 examples x 8 candidates (prefixes 64, passages 128 MiniLM tokens) from the committed real-text training
-data, the settings alternating in one process, median and best of ``--repeats``. Every model starts from
-the same weights and sees the same batches. Prints the CPU model and flags, the load average before and
-after, and each setting's speed against the default.
+data (``--data runs/demo/data``: the demo's), the settings alternating in one process, median and best of
+``--repeats``. Every model starts from the same weights and sees the same batches. Prints the CPU model and
+flags, the load average before and after, and each setting's speed against the default.
 """
 
 from __future__ import annotations
@@ -29,14 +30,13 @@ from ralm.precision import cpu_description, resolve  # noqa: E402
 from ralm.scoring import autocast_for  # noqa: E402
 
 
-def batches(data: Path, system, n: int, batch_size: int = 16, k: int = 8):
+def row_batches(data: Path, n: int, batch_size: int = 16) -> list[list[dict]]:
     import pyarrow.parquet as pq
 
-    from reranking.data import RerankCollator, parquet_files
+    from reranking.data import parquet_files
 
     rows = pq.read_table(parquet_files(data)[0]).to_pylist()[: n * batch_size]
-    collate = RerankCollator(system.tokenizer, system.fmt, max_candidates=k)
-    return [collate(rows[i * batch_size:(i + 1) * batch_size]) for i in range(n)]
+    return [rows[i * batch_size:(i + 1) * batch_size] for i in range(n)]
 
 
 def step_seconds(system, opt, batch, dtype) -> float:
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=ROOT / "data" / "real" / "smollm2-wt2")
     ap.add_argument("--precision", default="auto", help="auto, float32 or bfloat16")
     a = ap.parse_args(argv)
+    from reranking.data import RerankCollator
     from reranking.system import RerankerSystem
 
     dtype = resolve(a.precision, "cpu").dtype
@@ -63,17 +64,23 @@ def main(argv: list[str] | None = None) -> int:
           f"compute {dtype}; load average {os.getloadavg()[0]:.2f}", flush=True)
     settings = dict(encoder="minilm-l6", architecture="bi", max_prefix_tokens=64, max_passage_tokens=128,
                     cosine_temperature=0.05, bm25_weight=1.0, lr=5e-5, warmup_steps=0, total_steps=1000)
-    variants = {"default (dropout 0.1 everywhere, passages with gradient)": {},
-                "attention_dropout 0": {"attention_dropout": 0.0},
-                "passage_grad false": {"passage_grad": False}}
-    systems = {name: RerankerSystem(**settings, **kw) for name, kw in variants.items()}
+    no_attn_dropout = {"attention_dropout": 0.0}
+    variants = {  # name: (RerankerSystem settings, candidates per example)
+        "default (dropout 0.1 everywhere, passages with gradient)": ({}, 8),
+        "attention_dropout 0": (no_attn_dropout, 8),
+        "passage_grad false": ({"passage_grad": False}, 8),
+        "attention_dropout 0, passages 64 tokens": ({**no_attn_dropout, "max_passage_tokens": 64}, 8),
+        "attention_dropout 0, passages 64 tokens, 4 candidates (the demo's)":
+            ({**no_attn_dropout, "max_passage_tokens": 64}, 4)}
+    systems = {name: RerankerSystem(**{**settings, **kw}) for name, (kw, _) in variants.items()}
     first = next(iter(systems.values()))
     for s in systems.values():
         s.model.load_state_dict(first.model.state_dict())
     opts = {name: torch.optim.AdamW(s.model.parameters(), lr=5e-5) for name, s in systems.items()}
     times = {name: [] for name in systems}
-    for i, batch in enumerate(batches(a.data, first, a.repeats + 1)):
+    for i, rows in enumerate(row_batches(a.data, a.repeats + 1)):
         for name, s in systems.items():
+            batch = RerankCollator(s.tokenizer, s.fmt, max_candidates=variants[name][1])(rows)
             t = step_seconds(s, opts[name], batch, dtype)
             if i:  # the first step of each is warm-up (oneDNN primitives, allocator)
                 times[name].append(t)

@@ -11,7 +11,8 @@ YAML from ``configs/demo/``; only the configuration differs:
 5. ``python -m eval.ppl`` × 12     — none / bm25 / zero-shot / cosine / predictive / oracle on the
    evaluation articles and on the held-out articles, then ``python -m eval.compare`` per text.
    ``cosine`` is the same MiniLM with no fine-tuning, ranking exactly as the predictive reranker did
-   before its first step: the ablation that shows what the LM supervision adds.
+   before its first step: the ablation that shows what the LM supervision adds. These two rows reuse
+   the bm25 row's LM scores where they choose BM25's passage (``--reuse_from``, exact).
 
 Finished stages are reused, so a second run only prints the tables.
 """
@@ -28,6 +29,8 @@ from typing import Literal
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "demo"
 RERANKERS = ["none", "bm25", "zero-shot", "cosine", "predictive", "oracle"]
+#: The rows :func:`ordering_holds` compares (zero-shot is reported beside them, not part of the claim).
+CLAIM = ["none", "bm25", "cosine", "predictive", "oracle"]
 #: Texts the rerankers are evaluated on (files of the world directory). No setting was chosen on
 #: the held-out articles; the zero-shot s′ was chosen on dev.txt (see configs/demo/ppl.yaml).
 TEXTS = ["eval", "heldout"]
@@ -62,7 +65,7 @@ def ordering_holds(ppl: dict[str, float]) -> bool:
 
 
 def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
-         precision: Literal["auto", "float32", "bfloat16"] = "auto") -> int:
+         precision: Literal["auto", "float32", "bfloat16"] = "auto", rerankers: list[str] = RERANKERS) -> int:
     """Run every stage (finished ones are reused) and print the tables.
 
     Args:
@@ -70,7 +73,18 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
         config_dir: Directory with world.yaml, build.yaml, fit.yaml and ppl.yaml.
         precision: Compute precision of every stage (auto: bf16 where the CPU runs it natively, float32
             elsewhere; ralm.precision). A different precision needs a fresh --out (finished stages are reused).
+        rerankers: The rows to evaluate, of none, bm25, zero-shot, cosine, predictive, oracle; every row
+            of the claim (all but zero-shot) is required, e.g. '[none,bm25,cosine,predictive,oracle]'.
     """
+    from ralm.settings import SettingsError
+
+    unknown = [r for r in rerankers if r not in RERANKERS]
+    missing = [r for r in CLAIM if r not in rerankers]
+    if unknown or missing:
+        raise SettingsError(f"--rerankers {','.join(rerankers)}: "
+                            + (f"unknown {', '.join(unknown)} (choose from {', '.join(RERANKERS)})" if unknown
+                               else f"the ordering check needs {', '.join(missing)} too"))
+    rerankers = [r for r in RERANKERS if r in rerankers]
     scoring = ["--scoring.dtype", precision]
     fit_precision = ["--trainer.precision", {"auto": "auto", "float32": "32-true", "bfloat16": "bf16-mixed"}[precision]]
     out = (ROOT / out).resolve()
@@ -96,18 +110,21 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
              "cosine": ["--reranker", "cosine", *cosine_flags(configs / "fit.yaml")]}
     ppl: dict[str, dict[str, float]] = {}
     for text in texts:
-        for name in RERANKERS:
+        for name in rerankers:
             rdir = out / "ppl" / text / name
+            # The encoder rows take the bm25 row's LM scores wherever they choose BM25's first passage (the
+            # LM input is then the same; eval.ppl checks the runs match): only their other strides are forwarded.
+            reuse = ["--reuse_from", str(out / "ppl" / text / "bm25")] if name in extra else []
             stage(f"5/5 eval.ppl {text} {name}",
                   ["-m", "eval.ppl", "--config", str(configs / "ppl.yaml"), "--text.file", str(world / f"{text}.txt"),
-                   "--retrieval.index", str(index / "index"), *extra.get(name, ["--reranker", name]),
+                   "--retrieval.index", str(index / "index"), *extra.get(name, ["--reranker", name]), *reuse,
                    "--output_dir", str(rdir), "--cache_dir", str(out / "retrieval_cache"), *scoring],
                   (rdir / "results.json").exists())
             ppl.setdefault(text, {})[name] = json.loads((rdir / "results.json").read_text())["ppl_word"]
 
     for text in texts:
         print(f"\n{text} articles ({world / f'{text}.txt'}):", flush=True)
-        subprocess.run([sys.executable, "-m", "eval.compare", *(str(out / "ppl" / text / n) for n in RERANKERS)],
+        subprocess.run([sys.executable, "-m", "eval.compare", *(str(out / "ppl" / text / n) for n in rerankers)],
                        check=True, cwd=ROOT)  # the table, plus runs/demo/ppl/<text>/comparison.{md,png}
     holds = {text: ordering_holds(p) for text, p in ppl.items()}
     (out / "summary.json").write_text(json.dumps({"ppl_word": ppl, "ordering_holds": holds}, indent=1))
