@@ -11,8 +11,7 @@ YAML from ``configs/demo/``; only the configuration differs:
 5. ``python -m eval.ppl`` × 12     — none / bm25 / zero-shot / cosine / predictive / oracle on the
    evaluation articles and on the held-out articles, then ``python -m eval.compare`` per text.
    ``cosine`` is the same MiniLM with no fine-tuning, ranking exactly as the predictive reranker did
-   before its first step: the ablation that shows what the LM supervision adds. These two rows reuse
-   the bm25 row's LM scores where they choose BM25's passage (``--reuse_from``, exact).
+   before its first step: the ablation that shows what the LM supervision adds.
 
 Finished stages are reused, so a second run only prints the tables.
 """
@@ -112,12 +111,9 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
     for text in texts:
         for name in rerankers:
             rdir = out / "ppl" / text / name
-            # The encoder rows take the bm25 row's LM scores wherever they choose BM25's first passage (the
-            # LM input is then the same; eval.ppl checks the runs match): only their other strides are forwarded.
-            reuse = ["--reuse_from", str(out / "ppl" / text / "bm25")] if name in extra else []
             stage(f"5/5 eval.ppl {text} {name}",
                   ["-m", "eval.ppl", "--config", str(configs / "ppl.yaml"), "--text.file", str(world / f"{text}.txt"),
-                   "--retrieval.index", str(index / "index"), *extra.get(name, ["--reranker", name]), *reuse,
+                   "--retrieval.index", str(index / "index"), *extra.get(name, ["--reranker", name]),
                    "--output_dir", str(rdir), "--cache_dir", str(out / "retrieval_cache"), *scoring],
                   (rdir / "results.json").exists())
             ppl.setdefault(text, {})[name] = json.loads((rdir / "results.json").read_text())["ppl_word"]
