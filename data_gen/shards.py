@@ -101,6 +101,17 @@ class Layout:
     def shard_paths(self) -> list[Path]:
         return [self.shard(i) for i in range(self.build.n_shards)]
 
+    def existing_shards(self) -> list[tuple[int, Path]]:
+        """(index, path) of the final shards on disk, found by listing the directory: checking every
+        possible index costs a stat per shard, minutes for a mistyped ``--examples`` (millions of shards)."""
+        n = self.build.n_shards
+        found = []
+        for p in self.data.glob(f"train-*-of-{n:05d}.parquet") if self.data.is_dir() else ():
+            i = p.name[len("train-"):-len(f"-of-{n:05d}.parquet")]
+            if i.isdigit() and int(i) < n and p == self.shard(int(i)):
+                found.append((int(i), p))
+        return sorted(found)
+
 
 def check_config(layout: Layout) -> bool:
     """Refuse a directory that holds another dataset (or is not a data_gen output). True if config.json exists."""
@@ -142,9 +153,7 @@ def drop_bad_shards(layout: Layout) -> list[str]:
     file holding exactly its examples' ids, and its hash is recorded then. Returns the names dropped."""
     rec = json.loads(layout.hashes.read_text()) if layout.hashes.exists() else {}
     bad, adopted = [], False
-    for s, p in enumerate(layout.shard_paths()):
-        if not p.exists():
-            continue
+    for s, p in layout.existing_shards():
         if p.name in rec:
             ok = rec[p.name] == file_sha256(p)
         else:
