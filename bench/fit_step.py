@@ -7,7 +7,7 @@
 The real step (``RerankerSystem.score_batch`` and its loss: the project's collator, the all-MiniLM-L6-v2
 bi-encoder with the real-text recipe's settings, marginal-likelihood loss, backward, AdamW) on batches of
 16 examples x 8 candidates (prefixes 64, passages 128 MiniLM tokens) from the committed real-text training
-data (``--data runs/demo/data``: the demo's), the settings alternating in one process, median and best of
+data (or ``--data DIR``: the demo's, built with ``--retrieval.k 8``), the settings alternating in one process, median and best of
 ``--repeats``. Every model starts from the same weights and sees the same batches. Prints the CPU model and
 flags, the load average before and after, and each setting's speed against the default.
 """
@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     from reranking.data import RerankCollator
     from reranking.system import RerankerSystem
 
+    batches = row_batches(a.data, a.repeats + 1)
+    if min(len(r["doc_texts"]) for b in batches for r in b) < 8:
+        ap.error(f"--data {a.data}: some examples hold fewer than the 8 candidates the variants read; build the "
+                 "data with --retrieval.k 8 or more (the demo's configs/demo/build.yaml stores 4)")
     dtype = resolve(a.precision, "cpu").dtype
     print(f"CPU: {cpu_description()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"compute {dtype}; load average {os.getloadavg()[0]:.2f}", flush=True)
@@ -78,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         s.model.load_state_dict(first.model.state_dict())
     opts = {name: torch.optim.AdamW(s.model.parameters(), lr=5e-5) for name, s in systems.items()}
     times = {name: [] for name in systems}
-    for i, rows in enumerate(row_batches(a.data, a.repeats + 1)):
+    for i, rows in enumerate(batches):
         for name, s in systems.items():
             batch = RerankCollator(s.tokenizer, s.fmt, max_candidates=variants[name][1])(rows)
             t = step_seconds(s, opts[name], batch, dtype)
