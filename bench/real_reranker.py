@@ -99,9 +99,8 @@ def training_data(out: Path, shards: int | None, heldout: int = 0) -> Path:
                                  f"are in {DATA}; run the data stage further or lower --heldout-shards")
         else:
             files = want
-    if heldout and not files:
-        raise SystemExit(f"no shard of {DATA} is held out from fits on --shards {shards}: pass the fits' --shards "
-                         "and generate more with the data stage")
+    if heldout and shards is None:
+        raise SystemExit("held-out shards need the fits' --shards (the shards after them are the held-out ones)")
     ids = [int(f.name.split("-")[1]) for f in files]
     d = out / ((f"heldout-data-shard{ids[0]}" if len(ids) == 1 else f"heldout-data-shards{ids[0]}-{ids[-1]}")
                if heldout else f"train-data-{len(files)}shards")
