@@ -1,7 +1,8 @@
 """``python -m demo.run``: the whole pipeline, offline, on the synthetic world.
 
-Every stage is the real command a full-scale user runs, started as its own process with the demo's
-YAML from ``configs/demo/``; only the configuration differs:
+Every stage is the real command a full-scale user runs, with the demo's YAML from ``configs/demo/``;
+only the configuration differs. Stages 1-4 run as their own processes; the evaluations run in this one,
+through the same ``main`` as ``python -m eval.ppl`` (sparing each its ~10 s of imports and start-up):
 
 1. ``python -m demo.world``        — corpus, training text, evaluation text and held-out text
 2. ``python -m ralm.corpus``       — 100-word titled passages → Lucene index
@@ -35,13 +36,25 @@ CLAIM = ["none", "bm25", "cosine", "predictive", "oracle"]
 TEXTS = ["eval", "heldout"]
 
 
-def stage(title: str, cmd: list[str], done: bool) -> None:
+def stage(title: str, cmd: list[str], done: bool, in_process: bool = False) -> None:
+    """Run ``python -m MODULE ARGS`` (``cmd``), or with ``in_process`` call that module's ``main(ARGS)`` here."""
     if done:
         print(f"[demo] {title}: done already, reusing", flush=True)
         return
     print(f"[demo] {title}: {' '.join(cmd)}", flush=True)
     t = time.time()
-    subprocess.run([sys.executable, *cmd], check=True, cwd=ROOT)
+    if in_process:
+        import contextlib
+        import importlib
+
+        assert cmd[0] == "-m", cmd
+        with contextlib.chdir(ROOT):  # as the subprocess's cwd: configs name paths from the repository root
+            rc = importlib.import_module(cmd[1]).main(cmd[2:])
+        sys.stdout.flush()
+        if rc:
+            raise subprocess.CalledProcessError(rc, ["python", *cmd])
+    else:
+        subprocess.run([sys.executable, *cmd], check=True, cwd=ROOT)
     print(f"[demo] {title}: finished in {time.time() - t:.0f}s", flush=True)
 
 
@@ -115,13 +128,15 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
                   ["-m", "eval.ppl", "--config", str(configs / "ppl.yaml"), "--text.file", str(world / f"{text}.txt"),
                    "--retrieval.index", str(index / "index"), *extra.get(name, ["--reranker", name]),
                    "--output_dir", str(rdir), "--cache_dir", str(out / "retrieval_cache"), *scoring],
-                  (rdir / "results.json").exists())
+                  (rdir / "results.json").exists(), in_process=True)
             ppl.setdefault(text, {})[name] = json.loads((rdir / "results.json").read_text())["ppl_word"]
 
     for text in texts:
         print(f"\n{text} articles ({world / f'{text}.txt'}):", flush=True)
-        subprocess.run([sys.executable, "-m", "eval.compare", *(str(out / "ppl" / text / n) for n in rerankers)],
-                       check=True, cwd=ROOT)  # the table, plus runs/demo/ppl/<text>/comparison.{md,png}
+        from eval.compare import main as compare  # the table, plus runs/demo/ppl/<text>/comparison.{md,png}
+
+        if compare([str(out / "ppl" / text / n) for n in rerankers]):
+            raise subprocess.CalledProcessError(2, "eval.compare")
     holds = {text: ordering_holds(p) for text, p in ppl.items()}
     (out / "summary.json").write_text(json.dumps({"ppl_word": ppl, "ordering_holds": holds}, indent=1))
     print("\nexpected ordering (none > bm25 > predictive, predictive < cosine, oracle lowest): "
