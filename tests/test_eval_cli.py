@@ -3,6 +3,7 @@ kill, refusals that protect earlier work, and one-line errors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -192,10 +193,15 @@ def test_a_second_run_on_the_same_directory_is_refused_at_once(tmp_path, tiny_gp
     deadline = time.time() + 120
     while time.time() < deadline and first.poll() is None and not list((tmp_path / "o" / "work" / "chunks").glob("*.npz")):
         time.sleep(0.02)
-    assert first.poll() is None, "the first run ended before the second started:\n" + first.communicate()[0]
-    second = _cli(args)
-    log2, _ = second.communicate(timeout=120)
-    assert first.poll() is None, "the second run was not refused before the first finished"
+    with contextlib.suppress(ProcessLookupError):  # paused, lock held: no race with the second's start-up
+        os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        assert first.poll() is None, "the first run ended before the second started:\n" + first.communicate()[0]
+        second = _cli(args)
+        log2, _ = second.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGCONT)
     log1, _ = first.communicate(timeout=180)
     assert first.returncode == 0, log1
     assert second.returncode == 2, log2
