@@ -166,14 +166,17 @@ def check_checkpoint(path: Path) -> None:
     read_checkpoint(path, "--ckpt_path")
 
 
-def best_or_last_weights(trainer, system) -> None:
-    """Load the best checkpoint's weights into ``system`` (if ModelCheckpoint kept one)."""
+def best_or_last_weights(trainer, system) -> int:
+    """Load the best checkpoint's weights into ``system`` (if ModelCheckpoint kept one); returns the step
+    the weights are from, which the export records (the best step, not the fit's last)."""
     import torch
 
     ckpt = getattr(trainer.checkpoint_callback, "best_model_path", "") if trainer.checkpoint_callback else ""
     if ckpt and Path(ckpt).is_file():
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
-        system.load_state_dict(state, strict=True)
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+        system.load_state_dict(state["state_dict"], strict=True)
+        return int(state["global_step"])
+    return trainer.global_step
 
 
 def _help_cache_file() -> Path:
@@ -258,11 +261,12 @@ def _run(args: list[str]):
         # goes to this run's own version directory)
         with claim(cli.config.export_dir, "--export_dir") if cli.config.export_dir else nullcontext():
             trainer.fit(system, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
-            best_or_last_weights(trainer, system)
+            step = best_or_last_weights(trainer, system)
             log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
             if trainer.is_global_zero:
                 out = cli.config.export_dir or str(Path(log_dir or "checkpoints") / "reranker")
-                export(system, out, trained={"precision": str(trainer.precision), "steps": trainer.global_step})
+                export(system, out, trained={"precision": str(trainer.precision), "steps": step,
+                                                 "fit_steps": trainer.global_step})
                 print(f"exported reranker to {out}", file=sys.stderr)
     except USER_ERRORS as e:
         return error(PROG, e)

@@ -121,6 +121,9 @@ def test_export_and_checkpoint_load_to_the_same_selector(fitted, tiny_roberta_di
     assert fmt == fmt2 and fmt.max_length == 96 and fmt.max_prefix_tokens == 32
     for (k1, v1), (k2, v2) in zip(m1.state_dict().items(), m2.state_dict().items()):
         assert k1 == k2 and torch.equal(v1, v2)  # the export holds the best checkpoint's weights
+    trained = json.loads((export_dir / "reranker.json").read_text())["trained"]  # ... and says from which step
+    assert trained["steps"] == torch.load(best, map_location="cpu", weights_only=True)["global_step"]
+    assert trained["fit_steps"] == 12  # the resumed fit wrote this export
     cands = [[Passage(f"d{i}{j}", f"Title {j}", f"text {i} {j} " * (j + 1), 10.0 - j) for j in range(n)]
              for i, n in enumerate([3, 0, 5, 1])]
     batch = StrideBatch(prefix_texts=["the city was", "a river", "the album of the year", "x"], candidates=cands,
@@ -265,7 +268,7 @@ def test_a_log_file_shows_progress_and_the_resolved_precision(tmp_path, tiny_rob
     assert "[fit] 4/4 steps (100.0%)" in err and "ETA" in err, err
     assert "[fit] step 4 validation: " in err and "val/nll_reranker" in err, err
     meta = json.loads((tmp_path / cli.trainer.log_dir / "reranker" / "reranker.json").read_text())
-    assert meta["trained"] == {"precision": expected, "steps": 4}
+    assert meta["trained"] == {"precision": expected, "steps": 4, "fit_steps": 4}
 
 
 def test_a_sigkilled_fit_reruns_to_the_weights_of_an_unbroken_one(tmp_path, tiny_roberta_dir, rerank_data_dir):
