@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -150,3 +152,20 @@ def no_jvm_in_the_test_process():
     from ralm.java import jvm_pid
 
     assert jvm_pid() is None, "a test started the JVM inside the pytest process; search via SearchProcess"
+
+
+@pytest.fixture
+def paused():
+    """``with paused(proc):`` the block runs while ``proc``'s process group is stopped (SIGSTOP: it keeps its
+    locks and files), so a test of "a second run is refused" does not race the first run's end against the
+    second's start-up. A group that has already ended is left alone (the test's own assert says so)."""
+    @contextlib.contextmanager
+    def pause(proc):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGCONT)
+    return pause

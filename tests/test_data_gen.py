@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import json
 import os
@@ -416,7 +415,7 @@ def test_committed_shards_without_work_dir_are_kept(built, dg_inputs, tmp_path, 
     assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
 
 
-def test_a_second_build_on_the_same_out_is_refused_at_once(built, dg_inputs, tmp_path):
+def test_a_second_build_on_the_same_out_is_refused_at_once(built, dg_inputs, tmp_path, paused):
     """The first build is paused (SIGSTOP, its lock still held) while the second starts, so the test does
     not depend on the second process starting faster than the first one finishes (CI once lost that race)."""
     out = tmp_path / "out"
@@ -424,14 +423,9 @@ def test_a_second_build_on_the_same_out_is_refused_at_once(built, dg_inputs, tmp
     deadline = time.time() + 120
     while time.time() < deadline and first.poll() is None and not glob.glob(str(out / "work" / "scores" / "*" / "*.npz")):
         time.sleep(0.02)
-    with contextlib.suppress(ProcessLookupError):  # already ended: the assert below says so
-        os.killpg(first.pid, signal.SIGSTOP)
-    try:
+    with paused(first):
         assert first.poll() is None, "the first build ended before the second started:\n" + first.communicate()[0]
         rc, log2 = run_cli(build_args(dg_inputs, out))
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(first.pid, signal.SIGCONT)
     log1, _ = first.communicate(timeout=180)
     assert first.returncode == 0, log1
     assert rc == 2 and str(out) in log2 and f"pid {first.pid} " in log2 and "in use" in log2, log2

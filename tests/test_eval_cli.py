@@ -3,7 +3,6 @@ kill, refusals that protect earlier work, and one-line errors."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -184,7 +183,8 @@ def test_killed_run_resumes_to_bit_identical_results(tmp_path, tiny_gpt2_dir, bm
     assert np.array_equal(a, b)
 
 
-def test_a_second_run_on_the_same_directory_is_refused_at_once(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
+def test_a_second_run_on_the_same_directory_is_refused_at_once(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text,
+                                                                 paused):
     """Two evaluations started on one --output_dir (a rerun in a second terminal): the second is refused
     with one line naming the directory and the first process, and the first finishes untouched."""
     args = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL, "--chunk_strides", "4",
@@ -193,15 +193,10 @@ def test_a_second_run_on_the_same_directory_is_refused_at_once(tmp_path, tiny_gp
     deadline = time.time() + 120
     while time.time() < deadline and first.poll() is None and not list((tmp_path / "o" / "work" / "chunks").glob("*.npz")):
         time.sleep(0.02)
-    with contextlib.suppress(ProcessLookupError):  # paused, lock held: no race with the second's start-up
-        os.killpg(first.pid, signal.SIGSTOP)
-    try:
+    with paused(first):  # lock held: no race with the second's start-up
         assert first.poll() is None, "the first run ended before the second started:\n" + first.communicate()[0]
         second = _cli(args)
         log2, _ = second.communicate(timeout=120)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(first.pid, signal.SIGCONT)
     log1, _ = first.communicate(timeout=180)
     assert first.returncode == 0, log1
     assert second.returncode == 2, log2
