@@ -62,7 +62,10 @@ class SearchProcess:
         self.index, self.k1, self.b = str(index), float(k1), float(b)
         self.threads, self.max_heap, self.verbose = threads, max_heap, verbose
         self.restarts_left = restarts
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the pending requests; the reader takes it to deliver each answer
+        # Writes to the child, a lock of their own: a write blocks while the child's request pipe is full,
+        # and the child empties it only after the reader has taken its answers (which needs ``_lock``).
+        self._send_lock = threading.Lock()
         self._pending: dict[int, _Request] = {}
         self._next_id = 0
         self._forbidden_sent: set[int] = set()
@@ -148,7 +151,7 @@ class SearchProcess:
                     r.future.set_exception(e)
                 self._pending.clear()
             return
-        with self._lock:
+        with self._lock, self._send_lock:
             for r in pending:
                 self._send(r)
 
@@ -176,10 +179,11 @@ class SearchProcess:
             req = _Request(self._next_id, msg, fut)
             self._next_id += 1
             self._pending[req.id] = req
-            try:
+        try:
+            with self._send_lock:
                 self._send(req)
-            except (BrokenPipeError, OSError):
-                pass  # the reader thread restarts the process and sends pending requests again
+        except (BrokenPipeError, OSError):
+            pass  # the reader thread restarts the process and sends pending requests again
         return fut
 
     def search(self, queries: Sequence[str], k: int, exclude_titles: Sequence[str | None] | None = None,

@@ -183,6 +183,30 @@ def test_search_process_pipelines_and_survives_a_kill(retriever, bm25_corpus, qu
         same(sp.submit(queries, 5, exclude_titles=excl).result(timeout=120))
 
 
+def test_many_large_requests_submitted_at_once_do_not_deadlock(retriever, queries):
+    """Requests and answers each larger than a pipe's buffer, all submitted before any is read (as
+    ``data_gen.retrieve`` submits a whole shard's batches): the submitter blocks on the child's full
+    request pipe while the child blocks on its full answer pipe, so the reader must be able to take
+    answers while a submission is under way (a 2,500-example shard hung here with one lock for both)."""
+    import threading
+
+    batch = queries * 40  # 480 queries: ~70 kB a request (over a pipe's 64 kB), ~1 MB an answer
+    expected = retriever.search(queries, 5)
+    results = []
+
+    def submit_all():
+        futures = [retriever.submit(batch, 5) for _ in range(40)]
+        results.extend(f.result() for f in futures)
+
+    t = threading.Thread(target=submit_all, daemon=True)
+    t.start()
+    t.join(timeout=120)
+    assert not t.is_alive(), "submitting 40 large requests at once hung (request and answer pipes both full)"
+    assert len(results) == 40
+    for r in results:
+        assert [[p.docid for p in x] for x in r] == [[p.docid for p in x] for x in expected] * 40
+
+
 def test_a_jsonl_corpus_is_indexed_as_it_is_and_searched(tmp_path):
     """Passages a user already has (Pyserini JsonCollection and BEIR/DPR layouts, in one folder) are indexed
     with their own ids, no re-chunking, and come back with their titles and texts; a bad line is named."""
