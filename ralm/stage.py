@@ -65,9 +65,11 @@ def predict(module, data, writer, devices: Devices, scoring: Scoring, name: str)
     Returns ``(is_global_zero, seconds, world_size)``."""
     import lightning.pytorch as pl
 
+    from ralm.sigterm import StopOnSigterm
+
     trainer = pl.Trainer(**devices.kwargs(one_process=scoring.device_map is not None), logger=False,
                          enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
-                         callbacks=[writer], inference_mode=True)
+                         callbacks=[writer, StopOnSigterm(name)], inference_mode=True)
     if not trainer.is_global_zero:
         writer.progress = None
     t0 = time.perf_counter()

@@ -174,6 +174,27 @@ def test_kill_and_resume_gives_same_hash(built, dg_inputs, tmp_path):
     assert not glob.glob(str(out / ".*.tmp"))
 
 
+def test_sigterm_stops_the_build_and_the_same_command_continues(built, dg_inputs, tmp_path):
+    """``kill PID`` (SIGTERM to the build alone, as a user or a scheduler sends it) ends the build at the
+    next batch with status 143 instead of being swallowed by Lightning's prediction loop (which notes
+    it and runs on to the end); the rerun finishes with the reference hash."""
+    out = tmp_path / "out"
+    p = cli(build_args(dg_inputs, out), start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        if glob.glob(str(out / "work" / "scores" / "*" / "ids-*.npz")):
+            break
+        time.sleep(0.02)
+    assert p.poll() is None, "the run ended before it could be stopped:\n" + p.communicate()[0]
+    p.send_signal(signal.SIGTERM)
+    log = p.communicate(timeout=60)[0]
+    assert p.returncode == 143, log
+    assert "stopped by SIGTERM" in log and not (out / "manifest.json").exists()
+    rc, log = run_cli(build_args(dg_inputs, out))
+    assert rc == 0, log
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
+
+
 def test_a_shard_resumed_in_another_dtype_records_both(dg_inputs, tmp_path):
     """A job resumed on another machine may score in another dtype (``auto`` resolves by the hardware):
     the chunks scored before the kill are marked as bfloat16 here, as if that machine had written them,
