@@ -90,9 +90,13 @@ class SearchProcess:
         os.close(child_w)
         if log is not None:
             log.close()
-        self._recv_conn = Connection(parent_r, writable=False)
-        self._send_conn = Connection(parent_w, readable=False)
-        self._send_conn.send(("open", self.index, self.k1, self.b, self.threads, self.max_heap))
+        # Under the send lock: a request submitted meanwhile reaches the new child after "open", and is not
+        # sent assuming a forbidden set that only the old child held.
+        with self._send_lock:
+            self._recv_conn = Connection(parent_r, writable=False)
+            self._send_conn = Connection(parent_w, readable=False)
+            self._forbidden_sent.clear()
+            self._send_conn.send(("open", self.index, self.k1, self.b, self.threads, self.max_heap))
         try:
             kind, payload = self._recv_conn.recv()
         except (EOFError, OSError):
@@ -101,7 +105,6 @@ class SearchProcess:
         if kind == "error":
             self._proc.wait()
             raise InputError(payload)
-        self._forbidden_sent.clear()
         self._reader = threading.Thread(target=self._read_loop, args=(self._recv_conn,), daemon=True)
         self._reader.start()
         return payload
