@@ -150,15 +150,21 @@ def test_rerun_is_a_noop_and_other_config_refused(built, dg_inputs, capsys):
     assert "different configuration" in err and "retrieval.k: stored 16, now 8" in err
 
 
-def killed_build(dg_inputs, out: Path) -> None:
-    """Start a build and SIGKILL it once it has written its first scores."""
+def started_build(dg_inputs, out: Path) -> subprocess.Popen:
+    """A build (in its own session) once it has written its first scores, still running."""
     p = cli(build_args(dg_inputs, out), start_new_session=True)
     deadline = time.time() + 120
     while time.time() < deadline and p.poll() is None:
         if glob.glob(str(out / "work" / "scores" / "*" / "ids-*.npz")) or glob.glob(str(out / "*.parquet")):
             break
         time.sleep(0.02)
-    assert p.poll() is None, "the run ended before it could be killed:\n" + p.communicate()[0]
+    assert p.poll() is None, "the run ended before it could be stopped:\n" + p.communicate()[0]
+    return p
+
+
+def killed_build(dg_inputs, out: Path) -> None:
+    """Start a build and SIGKILL it once it has written its first scores."""
+    p = started_build(dg_inputs, out)
     os.killpg(p.pid, signal.SIGKILL)
     p.communicate()
     assert not (out / "manifest.json").exists()
@@ -179,13 +185,7 @@ def test_sigterm_stops_the_build_and_the_same_command_continues(built, dg_inputs
     next batch with status 143 instead of being swallowed by Lightning's prediction loop (which notes
     it and runs on to the end); the rerun finishes with the reference hash."""
     out = tmp_path / "out"
-    p = cli(build_args(dg_inputs, out), start_new_session=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and p.poll() is None:
-        if glob.glob(str(out / "work" / "scores" / "*" / "ids-*.npz")):
-            break
-        time.sleep(0.02)
-    assert p.poll() is None, "the run ended before it could be stopped:\n" + p.communicate()[0]
+    p = started_build(dg_inputs, out)
     p.send_signal(signal.SIGTERM)
     log = p.communicate(timeout=60)[0]
     assert p.returncode == 143, log
