@@ -1,6 +1,6 @@
 """Reranker losses over k candidates per example, computed in log space.
 
-Both take the same documented inputs:
+All take the same documented inputs:
 
 - ``scores``: ``FloatTensor[B, k]``, the reranker's f(x, d_j) (any real values; masked entries ignored);
 - ``lm_logprobs``: ``FloatTensor[B, k]``, log p_LM(y | d_j ; x) summed over the target tokens
@@ -8,7 +8,7 @@ Both take the same documented inputs:
 - ``mask``: ``BoolTensor[B, k]``, True for real candidates. Examples with fewer than k candidates are
   padded; every row needs at least one True.
 
-Both return the mean over the B examples. LM log-probabilities are never exponentiated on their own:
+All return the mean over the B examples. LM log-probabilities are never exponentiated on their own:
 for 4 tokens, exp(-40) is already near float32's smallest normal number.
 """
 
@@ -98,3 +98,28 @@ class DistillationLoss(nn.Module):
         zero = torch.zeros((), device=scores.device)
         kl = torch.where(mask, log_p.exp() * (log_p - log_q), zero)           # 0 on padding (avoids -inf - -inf)
         return kl.sum(dim=-1)                                                 # [B]
+
+
+class ExpectedNLLLoss(nn.Module):
+    """``sum_j softmax(f)_j * (-lm_logprobs_j)``: the targets' NLL under a passage drawn from the reranker.
+
+    The quantity evaluation measures, in expectation: as ``softmax(f)`` sharpens it becomes the NLL of
+    the passage the reranker picks (``val/nll_reranker``). Its gradient on f_j is
+    ``q_j * (E_q[lp] - lp_j)``: linear in nats. The marginal likelihood and distillation at τ 1 weigh
+    candidates by ``exp(lp_j)`` instead, so one candidate that happened to suit the targets (hindsight:
+    the oracle's ~6 nats on real text, against ~1 a prefix can predict) takes nearly all the weight, and a
+    passage whose effect varies more is preferred at equal mean. This loss is risk-neutral in the LM's
+    log-likelihood: it rewards a passage for its average effect.
+
+    Inputs: ``scores[B, k]``, ``lm_logprobs[B, k]``, ``mask[B, k]`` (optional). Output: scalar, nats.
+    """
+
+    def forward(self, scores: torch.Tensor, lm_logprobs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.per_example(scores, lm_logprobs, mask).mean()
+
+    def per_example(self, scores: torch.Tensor, lm_logprobs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Expected NLL of each example, ``FloatTensor[B]``."""
+        mask = _check(scores, lm_logprobs, mask, "ExpectedNLLLoss")
+        q = masked_log_softmax(scores, mask).exp()                                   # [B, k], 0 where masked
+        nll = torch.where(mask, -lm_logprobs.float(), torch.zeros((), device=scores.device))
+        return (q * nll).sum(dim=-1)                                                 # [B]

@@ -14,10 +14,11 @@ from torchmetrics.functional.retrieval import retrieval_normalized_dcg
 
 from reranking.export import CKPT_META_KEY
 from reranking.inputs import InputFormat
-from reranking.loss import DistillationLoss, MarginalLikelihoodLoss
+from reranking.loss import DistillationLoss, ExpectedNLLLoss, MarginalLikelihoodLoss
 from reranking.model import make_model
 
 MONITOR = "val/nll_reranker"
+LOSSES = ("marginal", "distill", "expected")
 
 _SUMS = ("loss", "n", "nll_reranker", "nll_bm25", "nll_oracle", "top1", "nll_nodoc", "n_nodoc", "rr", "ndcg")
 
@@ -50,7 +51,8 @@ class RerankerSystem(pl.LightningModule):
         max_length: cross: encoder tokens per (prefix, passage) pair, special tokens included.
         max_prefix_tokens: encoder tokens kept from the end of the prefix.
         max_passage_tokens: bi: encoder tokens kept from the start of the passage.
-        loss: ``"marginal"`` (marginal likelihood, the paper's) or ``"distill"`` (KL to softmax(lm/τ)).
+        loss: ``"marginal"`` (marginal likelihood, the paper's), ``"distill"`` (KL to softmax(lm/τ)) or
+            ``"expected"`` (the targets' expected NLL under softmax(f), :class:`reranking.loss.ExpectedNLLLoss`).
         temperature: τ of the distillation target (``loss="distill"`` only).
         lr: peak learning rate (AdamW).
         weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
@@ -75,8 +77,8 @@ class RerankerSystem(pl.LightningModule):
                  passage_grad: bool = True, attention_dropout: float | None = None):
         super().__init__()
         problems = []
-        if loss not in ("marginal", "distill"):
-            problems.append(f"loss={loss!r} must be 'marginal' or 'distill' (--model.loss)")
+        if loss not in LOSSES:
+            problems.append(f"loss={loss!r} must be one of {', '.join(map(repr, LOSSES))} (--model.loss)")
         if not lr > 0:
             problems.append(f"lr={lr} must be > 0 (--model.lr)")
         if warmup_steps < 0:
@@ -110,7 +112,8 @@ class RerankerSystem(pl.LightningModule):
         cfg = self.model.config
         offset = 2 if cfg.model_type in ("roberta", "xlm-roberta", "camembert") else 0
         self.fmt.check_encoder(getattr(cfg, "max_position_embeddings", None), offset, name=encoder)
-        self.loss_fn = MarginalLikelihoodLoss() if loss == "marginal" else DistillationLoss(temperature)
+        self.loss_fn = (DistillationLoss(temperature) if loss == "distill"
+                        else ExpectedNLLLoss() if loss == "expected" else MarginalLikelihoodLoss())
         self.val_sums = torch.nn.ModuleDict({k: SumMetric() for k in _SUMS})
         self._tokenizer = None
         self._meta = None

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from reranking.inputs import InputFormat, encode_pairs
-from reranking.loss import DistillationLoss, MarginalLikelihoodLoss
+from reranking.loss import DistillationLoss, ExpectedNLLLoss, MarginalLikelihoodLoss
 
 
 def naive_marginal(scores, lm, mask=None, dtype=torch.float64):
@@ -65,7 +65,7 @@ def test_masked_candidates_have_no_effect():
     garbage_f, garbage_lm = f.clone(), lm.clone()
     garbage_f[~mask] = 1e4
     garbage_lm[~mask] = float("nan")
-    for loss_fn in (MarginalLikelihoodLoss(), DistillationLoss(temperature=2.0)):
+    for loss_fn in (MarginalLikelihoodLoss(), DistillationLoss(temperature=2.0), ExpectedNLLLoss()):
         a = f.clone().requires_grad_()
         b = garbage_f.clone().requires_grad_()
         la, lb = loss_fn(a, lm, mask), loss_fn(b, garbage_lm, mask)
@@ -79,6 +79,34 @@ def test_masked_candidates_have_no_effect():
         assert loss_fn.per_example(f, lm, mask)[0].item() == pytest.approx(
             loss_fn.per_example(f[:1, :3], lm[:1, :3]).item(), rel=1e-6)
     assert MarginalLikelihoodLoss()(f, lm, mask).item() == pytest.approx(naive_marginal(f, lm, mask).item(), rel=1e-5)
+
+
+def test_expected_nll_matches_a_loop_over_candidates():
+    """Each example: sum over its real candidates of softmax(f)_j * -lp_j, written out one by one in float64;
+    and the gradient on f_j is q_j * (E_q[lp] - lp_j), as the docstring says."""
+    g = torch.Generator().manual_seed(2)
+    f = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    lm = -60 - 60 * torch.rand(4, 6, generator=g, dtype=torch.float64)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[1, 2:] = False
+    mask[3, 5] = False
+    want = []
+    for b in range(4):
+        real = [j for j in range(6) if mask[b, j]]
+        z = sum(math.exp(f[b, j].item()) for j in real)
+        want.append(sum(math.exp(f[b, j].item()) / z * -lm[b, j].item() for j in real))
+    x = f.float().requires_grad_()
+    ours = ExpectedNLLLoss().per_example(x, lm.float(), mask)
+    assert ours.tolist() == pytest.approx(want, rel=1e-6)
+    ours.mean().backward()
+    q = torch.softmax(f.masked_fill(~mask, float("-inf")), -1)
+    lp = lm.masked_fill(~mask, 0.0)
+    grad = q * ((q * lp).sum(-1, keepdim=True) - lp) / 4  # the mean over 4 examples
+    torch.testing.assert_close(x.grad.double(), grad, rtol=1e-4, atol=1e-5)
+    # A sharp reranker's expected NLL is the NLL of the candidate it picks (what evaluation measures).
+    sharp = ExpectedNLLLoss().per_example(f.float() * 1e4, lm.float(), mask)
+    picked = -lm.masked_fill(~mask, 0.0).gather(1, f.masked_fill(~mask, float("-inf")).argmax(1, keepdim=True))
+    torch.testing.assert_close(sharp.double(), picked.squeeze(1), rtol=1e-6, atol=1e-4)
 
 
 def test_loss_shape_errors_quote_both_shapes():
