@@ -4,9 +4,10 @@
 
 Builds a small RoBERTa offline (ralm.tiny), makes realistic (prefix, passage) pairs from pseudo-WikiText
 (prefixes of varying length, ~100-word passages), and times full training steps (forward + backward +
-AdamW; each batch collated before the clock starts, the collator's own time printed beside) with the project's collator in both padding modes, in one process. With a GPU it
-also times a RoBERTa-base-sized encoder in bf16 and reports model-FLOPs utilisation and the projected
-time of the paper's 10,000 steps x 32 examples x 16 candidates.
+AdamW) on batches of the project's collator in both padding modes, in one process; batches are collated
+before the clock starts and the collator's own time is printed beside. With a GPU it also times a
+RoBERTa-base-sized encoder in bf16 and reports model-FLOPs utilisation and the projected time of the
+paper's 10,000 steps x 32 examples x 16 candidates.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def main():
                 model = CrossEncoder(config=cfg).to(dev).train()
                 n_params = sum(p.numel() for p in model.parameters() if p.dim() > 1) - 50265 * 768
                 pps, tps, dt, coll = time_steps(model, RerankCollator(tok, fmt, args.k, padding=padding), rows * 8,
-                                          gpu_batch, args.steps, dev, torch.bfloat16)
+                                                gpu_batch, args.steps, dev, torch.bfloat16)
                 mfu = 6 * n_params * tps / (peak * 1e12) if peak else float("nan")
                 step_s = gpu_batch * args.k / pps
                 print(f"  padding={padding:<10s} {pps:8.0f} pairs/s  {tps:10.0f} tokens/s  MFU {100 * mfu:.1f}% "
