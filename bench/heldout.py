@@ -53,17 +53,22 @@ def choose(ds, k: int, selector, batch_size: int = 32) -> np.ndarray:
 
 
 def table(lm: np.ndarray, picks: dict[str, np.ndarray], against: list[str], resamples: int = 1000,
-          seed: int = 0) -> str:
+          seed: int = 0, groups: np.ndarray | None = None) -> str:
     """Markdown table of each chooser's mean −log p(y | chosen d), with paired bootstrap 95 % intervals
-    of its difference from BM25's first (candidate 0) and from each chooser in ``against``."""
+    of its difference from BM25's first (candidate 0) and from each chooser in ``against``. ``groups``
+    (an integer per example, e.g. its article): resample whole groups, since examples of one article are
+    not independent; the mean of a resample is its examples' mean (singleton groups: the plain bootstrap)."""
     n = len(lm)
     nll = {name: -lm[np.arange(n), p] for name, p in picks.items()}
     bm25, oracle = -lm[:, 0], -lm.max(1)
-    boot = np.random.default_rng(seed).integers(n, size=(resamples, n))
+    groups = np.arange(n) if groups is None else np.unique(groups, return_inverse=True)[1]
+    g = int(groups.max()) + 1 if n else 0
+    boot = np.random.default_rng(seed).integers(g, size=(resamples, g))
+    sizes = np.bincount(groups, minlength=g)[boot].sum(1)
 
     def diff(a: np.ndarray, b: np.ndarray) -> str:
         d = a - b
-        lo, hi = np.percentile(d[boot].mean(1), [2.5, 97.5])
+        lo, hi = np.percentile(np.bincount(groups, d, minlength=g)[boot].sum(1) / sizes, [2.5, 97.5])
         return f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
     head = ["reranker", "mean -log p(y given chosen d)", "gap captured", "chosen = BM25's first",
@@ -74,8 +79,9 @@ def table(lm: np.ndarray, picks: dict[str, np.ndarray], against: list[str], resa
                  f"{(p == 0).mean():.1%}", diff(nll[name], bm25)]
         cells += ["-" if a == name else diff(nll[name], nll[a]) for a in against]
         lines.append("| " + " | ".join(cells) + " |")
+    unit = "examples" if g == n else f"{g} articles"
     return (f"{n} examples; BM25's first {bm25.mean():.3f}, oracle {oracle.mean():.3f} "
-            f"(mean -log p(y | d; x) per target)\n\n" + "\n".join(lines) + "\n")
+            f"(mean -log p(y | d; x) per target; intervals resample {unit})\n\n" + "\n".join(lines) + "\n")
 
 
 class PickCache:
@@ -135,24 +141,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=8, help="candidates per example (the fits' --data.max_candidates)")
     ap.add_argument("--against", default="", help="comma-separated reranker names to compare each row with")
     ap.add_argument("--out", default=None, help="also write the table here")
+    ap.add_argument("--device", default="auto", help="where the rerankers run: auto (cuda if present), cpu, cuda")
+    ap.add_argument("--batch_size", type=int, default=64, help="encoder rows per forward (larger on a GPU)")
+    ap.add_argument("--by-article", action="store_true",
+                    help="resample whole source articles for the intervals (examples of one article are correlated)")
     a = ap.parse_args(argv)
+    if a.device == "auto":
+        import torch
+
+        a.device = "cuda" if torch.cuda.is_available() else "cpu"
     ds, lm = stored_examples(a.data, a.k)
     cache = PickCache(Path(a.data), a.k)
     picks = {}
     if a.cosine:
         picks["cosine"] = cache.get("cosine", cosine_identity(Path(a.cosine)),
-                                    lambda: choose(ds, a.k, cosine_selector(Path(a.cosine))))
+                                    lambda: choose(ds, a.k, cosine_selector(Path(a.cosine), a.device, a.batch_size)))
     for r in a.rerankers:
         picks[Path(r).name] = cache.get(Path(r).name, export_identity(Path(r)),
-                                        lambda: choose(ds, a.k, PredictiveSelector.from_path(r)))
-    text = table(lm, picks, [x for x in a.against.split(",") if x])
+                                        lambda: choose(ds, a.k, PredictiveSelector.from_path(r, a.device, a.batch_size)))
+    text = table(lm, picks, [x for x in a.against.split(",") if x], groups=article_of(a.data) if a.by_article else None)
     print(text)
     if a.out:
         Path(a.out).write_text(text)
     return 0
 
 
-def cosine_selector(config: Path):
+def article_of(data_dir: str | Path) -> np.ndarray:
+    """Each stored example's source article (in :func:`stored_examples`'s order), as an integer."""
+    from datasets import load_dataset
+
+    from reranking.data import parquet_files
+
+    titles = load_dataset("parquet", data_files=parquet_files(data_dir), split="train")["source_title"]
+    return np.unique(np.asarray(titles), return_inverse=True)[1]
+
+
+def cosine_selector(config: Path, device: str = "cpu", batch_size: int = 64):
     """The cosine row of ``eval.ppl`` for a bi-encoder fit config: its encoder, untrained, with the fit's
     prefix and passage lengths (what ``demo.run.cosine_flags`` passes the evaluation)."""
     import yaml
@@ -160,7 +184,8 @@ def cosine_selector(config: Path):
     from reranking.selector import CosineSelector
 
     m = yaml.safe_load(config.read_text())["model"]
-    return CosineSelector(m["encoder"], prefix_tokens=m["max_prefix_tokens"], passage_tokens=m["max_passage_tokens"])
+    return CosineSelector(m["encoder"], prefix_tokens=m["max_prefix_tokens"], passage_tokens=m["max_passage_tokens"],
+                          batch_size=batch_size, device=device)
 
 
 if __name__ == "__main__":
