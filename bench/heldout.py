@@ -146,10 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--by-article", action="store_true",
                     help="resample whole source articles for the intervals (examples of one article are correlated)")
     a = ap.parse_args(argv)
-    if a.device == "auto":
-        import torch
+    from ralm.scoring import resolve_device
 
-        a.device = "cuda" if torch.cuda.is_available() else "cpu"
+    a.device = resolve_device(a.device)
     ds, lm = stored_examples(a.data, a.k)
     cache = PickCache(Path(a.data), a.k)
     picks = {}

@@ -14,7 +14,6 @@ records the source, fraction, seed and counts).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -26,9 +25,10 @@ sys.path.insert(0, str(ROOT))
 
 
 def heldout_titles(titles: list[str], fraction: float, seed: int) -> np.ndarray:
-    """True for the titles on the held-out side: hash(seed, title) → [0, 1) < fraction."""
-    return np.array([int.from_bytes(hashlib.blake2b(f"{seed}:{t}".encode(), digest_size=8).digest(), "little")
-                     / 2**64 < fraction for t in titles], dtype=bool)
+    """True for the titles on the held-out side: the fits' validation hash (``reranking.data``) on titles."""
+    from reranking.data import hashed_below
+
+    return hashed_below(titles, fraction, seed)
 
 
 def split(data: Path, fit: Path, heldout: Path, fraction: float, seed: int) -> dict:

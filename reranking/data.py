@@ -38,16 +38,18 @@ def parquet_files(data_dir: str | os.PathLike) -> list[str]:
     return files
 
 
+def hashed_below(keys, fraction: float, seed: int) -> np.ndarray:
+    """Deterministic split by key: hash(seed, key) → [0, 1) < fraction, for each key (an id, a title)."""
+    return np.array([int.from_bytes(hashlib.blake2b(f"{seed}:{k}".encode(), digest_size=8).digest(), "little")
+                     / 2**64 < fraction for k in keys], dtype=bool)
+
+
 def is_validation(ids: np.ndarray, fraction: float, seed: int) -> np.ndarray:
     """Deterministic held-out split by example id: hash(seed, id) → [0, 1) < fraction.
 
     Depends only on (id, seed), not on row order, shard layout or dataset size.
     """
-    out = np.empty(len(ids), dtype=bool)
-    for i, x in enumerate(ids.tolist()):
-        h = hashlib.blake2b(f"{seed}:{int(x)}".encode(), digest_size=8).digest()
-        out[i] = int.from_bytes(h, "little") / 2**64 < fraction
-    return out
+    return hashed_below([int(x) for x in ids.tolist()], fraction, seed)
 
 
 class RerankCollator:
