@@ -120,7 +120,8 @@ def fit_config(arch: str) -> dict:
 
 
 #: Fit settings that change how a model is trained, not the model it starts from.
-TRAINING_ONLY = ("loss", "temperature", "lr", "weight_decay", "warmup_steps", "passage_grad", "attention_dropout")
+TRAINING_ONLY = ("loss", "temperature", "lr", "weight_decay", "warmup_steps", "total_steps", "passage_grad",
+                 "attention_dropout")
 
 
 def export_untrained(out: Path, arch: str) -> None:

@@ -9,7 +9,8 @@ passage holding ``<unk>`` (a train article's first half) makes ``<unk>`` in the 
 test text never rewards (README, "On a GPU: the loss that trains"). This runs ``eval.ppl`` unchanged
 except that the reranker reads each prefix and candidate with the ``--strip`` strings removed; the LM
 still reads the passage as stored, so the perplexity is the same loop's. A diagnostic, not a setting:
-the reranker was trained reading those strings. The output directory gets ``STRIPPED.json``.
+the reranker was trained reading those strings (a reranker trained blind to them has ``--model.drop``,
+which its export keeps). The output directory gets ``STRIPPED.json``.
 """
 
 from __future__ import annotations
@@ -31,11 +32,9 @@ class Blind:
         self.inner, self.strings = inner, list(strings)
 
     def clean(self, text: str | None) -> str | None:
-        if text is None:
-            return None
-        for s in self.strings:
-            text = text.replace(s, "")
-        return text
+        from reranking.inputs import without
+
+        return None if text is None else without([text], self.strings)[0]
 
     def blind(self, batch):
         from ralm.selectors import StrideBatch

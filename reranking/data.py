@@ -169,6 +169,7 @@ class RerankDataModule(pl.LightningDataModule):
         max_prefix_tokens: prefix tokens kept from the end (the CLI links it to ``--model.max_prefix_tokens``).
         architecture: ``cross`` or ``bi`` (the CLI links it to ``--model.architecture``).
         max_passage_tokens: bi-encoder passage tokens (the CLI links it to ``--model.max_passage_tokens``).
+        drop: strings the reranker does not read (the CLI links it to ``--model.drop``).
         num_workers: DataLoader worker processes (tokenization runs there).
         val_batch_size: examples per validation batch (default: ``batch_size``).
         shuffle_seed: seed of the training order (epoch e's order depends only on it and e).
@@ -178,7 +179,7 @@ class RerankDataModule(pl.LightningDataModule):
                  split_seed: int = 0, batch_size: int = 32, max_candidates: int | None = 16,
                  max_length: int = 512, max_prefix_tokens: int = 256, num_workers: int = 2,
                  val_batch_size: int | None = None, shuffle_seed: int = 0, architecture: str = "cross",
-                 max_passage_tokens: int = 256):
+                 max_passage_tokens: int = 256, drop: list[str] | None = None):
         super().__init__()
         from ralm.settings import SettingsError
 
@@ -190,7 +191,8 @@ class RerankDataModule(pl.LightningDataModule):
             raise SettingsError(f"--data.max_candidates {max_candidates} must be >= 1 or null")
         self.save_hyperparameters()
         self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
-                               architecture=architecture, max_passage_tokens=max_passage_tokens)
+                               architecture=architecture, max_passage_tokens=max_passage_tokens,
+                               drop=tuple(drop or ()))
         self.train_ds = self.val_ds = None
         self._tokenizer = None
 

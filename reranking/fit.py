@@ -89,6 +89,7 @@ def _cli_class():
             parser.link_arguments("model.max_prefix_tokens", "data.max_prefix_tokens")
             parser.link_arguments("model.architecture", "data.architecture")
             parser.link_arguments("model.max_passage_tokens", "data.max_passage_tokens")
+            parser.link_arguments("model.drop", "data.drop")
             parser.set_defaults({
                 "trainer.max_steps": 10_000,
                 "trainer.use_distributed_sampler": False,  # the loaders shard by rank themselves (exact resume)

@@ -39,9 +39,16 @@ class InputFormat:
     bm25_weight: float = 0.0
     """Score = f(x, d) + ``bm25_weight`` × the candidate's BM25 score: the first stage's ranking as a fixed
     prior that training learns a correction to (0: the paper's reranker, which sees the text alone)."""
+    drop: tuple[str, ...] = ()
+    """Strings removed from every prefix and passage before the encoder reads them, in training and
+    evaluation alike (the LM still reads the passage as stored). WikiText-2 train exists here only with
+    ``<unk>``, raw test text has none: a reranker that reads it learns to prefer passages holding it."""
 
     def __post_init__(self):
+        object.__setattr__(self, "drop", tuple(self.drop or ()))
         problems = []
+        if not all(isinstance(t, str) and t for t in self.drop):
+            problems.append(f"drop={list(self.drop)!r} must hold non-empty strings (--model.drop)")
         if self.architecture not in ("cross", "bi"):
             problems.append(f"architecture={self.architecture!r} must be 'cross' or 'bi' (--model.architecture)")
         if self.max_prefix_tokens < 1:
@@ -79,13 +86,14 @@ class InputFormat:
     def from_dict(cls, d: dict) -> "InputFormat":
         """Exports written before bi-encoders existed have no ``architecture``: they are cross-encoders."""
         known = {k: d[k] for k in ("max_length", "max_prefix_tokens", "architecture", "max_passage_tokens",
-                                   "bm25_weight") if k in d}
+                                   "bm25_weight", "drop") if k in d}
         return cls(**known)
 
     def encode(self, tokenizer, prefixes: Sequence[str], passages: Sequence[str], pair_prefix: Sequence[int],
                padding: str = "longest") -> dict[str, torch.Tensor]:
         """Model inputs for ``passages[j]`` paired with ``prefixes[pair_prefix[j]]``, in this format: the
         keys of :class:`~reranking.model.CrossEncoder` or :class:`~reranking.model.BiEncoder`."""
+        prefixes, passages = without(prefixes, self.drop), without(passages, self.drop)
         if self.architecture == "cross":
             return encode_pairs(tokenizer, prefixes, passages, self, pair_prefix=pair_prefix, padding=padding)
         q = encode_texts(tokenizer, prefixes, self.max_prefix_tokens, "end")
@@ -105,6 +113,18 @@ class InputFormat:
                 f"{flag}={getattr(self, flag)} exceeds what {name} supports "
                 f"({max_position_embeddings - offset} positions); set --model.{flag} "
                 f"{max_position_embeddings - offset} or lower")
+
+
+def without(texts: Sequence[str], drop: Sequence[str]) -> list[str]:
+    """``texts`` with every occurrence of each ``drop`` string removed (:attr:`InputFormat.drop`)."""
+    if not drop:
+        return list(texts)
+    out = []
+    for t in texts:
+        for s in drop:
+            t = t.replace(s, "")
+        out.append(t)
+    return out
 
 
 def _backend(tokenizer):

@@ -30,7 +30,8 @@ class PredictiveSelector(Selector):
         # A bi-encoder's score is cosine / τ: the cosine ranker's code, with its passage-embedding cache
         # (the same passages come back stride after stride; re-embedding them was most of the time).
         self._cosine = (CosineSelector(model=model, tokenizer=tokenizer, prefix_tokens=fmt.max_prefix_tokens,
-                                       passage_tokens=fmt.max_passage_tokens, batch_size=batch_size)
+                                       passage_tokens=fmt.max_passage_tokens, batch_size=batch_size,
+                                       drop=fmt.drop)
                         if fmt.architecture == "bi" else None)
 
     @classmethod
@@ -101,9 +102,10 @@ class CosineSelector(Selector):
 
     def __init__(self, encoder: str | None = None, prefix_tokens: int = 256, passage_tokens: int = 256,
                  batch_size: int = 64, device: str | torch.device = "cpu", cache_size: int = 100_000, *,
-                 model=None, tokenizer=None):
+                 model=None, tokenizer=None, drop: tuple[str, ...] = ()):
         """``encoder``: a sentence encoder to load (pretrained); or pass a loaded ``model``
-        (:class:`~reranking.model.BiEncoder`) and its ``tokenizer``, as a trained bi-encoder does."""
+        (:class:`~reranking.model.BiEncoder`) and its ``tokenizer``, as a trained bi-encoder does.
+        ``drop``: strings removed from every text before it is embedded (:attr:`InputFormat.drop`)."""
         from collections import OrderedDict
 
         from ralm.models import load_tokenizer
@@ -117,6 +119,7 @@ class CosineSelector(Selector):
         self.prefix_tokens = min(prefix_tokens, limit - offset)
         self.passage_tokens = min(passage_tokens, limit - offset)
         self.batch_size = batch_size
+        self.drop = tuple(drop)
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._cache_size = cache_size
 
@@ -127,9 +130,10 @@ class CosineSelector(Selector):
     @torch.inference_mode()
     def embed(self, texts: list[str], max_tokens: int, keep: str) -> torch.Tensor:
         """L2-normalised mean-pooled last hidden states, ``FloatTensor[len(texts), H]`` on CPU."""
-        from reranking.inputs import encode_texts
+        from reranking.inputs import encode_texts, without
 
         device = next(self.model.parameters()).device
+        texts = without(texts, self.drop)
         out = []
         for s in range(0, len(texts), self.batch_size):
             enc = encode_texts(self.tokenizer, texts[s:s + self.batch_size], max_tokens, keep)

@@ -65,6 +65,8 @@ class RerankerSystem(pl.LightningModule):
             same encoder without a gradient or dropout; a fraction of a step's cost, ``bench/fit_step.py``).
         attention_dropout: the encoder's dropout on attention probabilities (``None``: its config's, 0.1
             for MiniLM). On a CPU, drawing that mask is about a third of a training step (``bench/fit_step.py``).
+        drop: strings the reranker never reads, in training and in every use of its export (e.g.
+            ``["<unk>"]`` for WikiText-2 train; :attr:`reranking.inputs.InputFormat.drop`).
         init_from: a reranker export (encoder *and* head, e.g. one pretrained on other data) whose
             weights to start from; its architecture must be ``encoder``'s. Use ``pretrained: false``.
     """
@@ -74,7 +76,8 @@ class RerankerSystem(pl.LightningModule):
                  lr: float = 1e-5, weight_decay: float = 0.01, warmup_steps: int = 1000,
                  total_steps: int | None = None, init_from: str | None = None, architecture: str = "cross",
                  max_passage_tokens: int = 256, cosine_temperature: float = 0.05, bm25_weight: float = 0.0,
-                 passage_grad: bool = True, attention_dropout: float | None = None):
+                 passage_grad: bool = True, attention_dropout: float | None = None,
+                 drop: list[str] | None = None):
         super().__init__()
         problems = []
         if loss not in LOSSES:
@@ -92,7 +95,7 @@ class RerankerSystem(pl.LightningModule):
         self.save_hyperparameters()
         self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
                                architecture=architecture, max_passage_tokens=max_passage_tokens,
-                               bm25_weight=bm25_weight)
+                               bm25_weight=bm25_weight, drop=tuple(drop or ()))
         try:
             self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature,
                                     passage_grad=passage_grad, attention_dropout=attention_dropout)

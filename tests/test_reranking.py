@@ -498,3 +498,55 @@ def test_attention_dropout_replaces_the_encoders_own(tiny_bert_dir):
         torch.testing.assert_close(a, b, msg=n)
     with pytest.raises(SettingsError, match="--model.attention_dropout"):
         RerankerSystem(**kw, attention_dropout=1.5)
+
+
+@pytest.mark.parametrize("architecture", ["bi", "cross"])
+def test_dropped_strings_are_unread_alike_in_training_and_evaluation(tiny_bert_dir, tmp_path, architecture):
+    """``drop`` (WikiText-2 train's ``<unk>``): the collator's batch and the exported selector's scores equal
+    those of the same model without ``drop`` reading the texts with the strings removed by hand, and the
+    setting survives the export."""
+    from ralm.models import load_tokenizer
+    from ralm.retrieval import Passage
+    from ralm.selectors import StrideBatch
+    from reranking.data import RerankCollator
+    from reranking.export import export
+    from reranking.selector import PredictiveSelector
+    from reranking.system import RerankerSystem
+
+    rows = [{"id": 0, "prefix_text": "the <unk> river flows <unk>", "doc_texts": ["A\nan <unk> bank", "B\nclear water"],
+             "lm_logprobs": [-3.0, -2.0], "bm25_scores": [4.0, 3.0]},
+            {"id": 1, "prefix_text": "a quiet town", "doc_texts": ["C\n<unk><unk> street", "D\nthe town <unk>"],
+             "lm_logprobs": [-1.0, -5.0], "bm25_scores": [2.0, 1.5]}]
+
+    def strip(t):
+        return t.replace("<unk>", "")
+
+    by_hand = [{**r, "prefix_text": strip(r["prefix_text"]), "doc_texts": [strip(d) for d in r["doc_texts"]]}
+               for r in rows]
+    kw = dict(encoder=str(tiny_bert_dir), architecture=architecture, max_length=48, max_prefix_tokens=16,
+              max_passage_tokens=24, bm25_weight=0.5)
+    torch.manual_seed(0)
+    blind = RerankerSystem(**kw, drop=["<unk>"]).eval()
+    plain = RerankerSystem(**kw).eval()
+    plain.model.load_state_dict(blind.model.state_dict())
+    tok = load_tokenizer(str(tiny_bert_dir))
+    got, want = RerankCollator(tok, blind.fmt)(rows), RerankCollator(tok, plain.fmt)(by_hand)
+    assert got.keys() == want.keys()
+    for k in got:
+        torch.testing.assert_close(got[k], want[k], equal_nan=True)
+    assert not torch.equal(RerankCollator(tok, plain.fmt)(rows)[next(iter(got))], want[next(iter(got))])
+
+    sel = PredictiveSelector.from_path(export(blind, tmp_path / "export"), batch_size=3)
+    assert sel.fmt.drop == ("<unk>",)
+    ref = PredictiveSelector.from_path(export(plain, tmp_path / "plain"), batch_size=3)
+
+    def stride_batch(rs):
+        return StrideBatch([r["prefix_text"] for r in rs],
+                           [[Passage(f"d{j}", "", t, s) for j, (t, s) in enumerate(zip(r["doc_texts"], r["bm25_scores"]))]
+                            for r in rs], [0, 1])
+
+    for g, w in zip(sel.scores(stride_batch(rows)), ref.scores(stride_batch(by_hand))):
+        torch.testing.assert_close(g, w)
+    with pytest.raises(Exception, match="drop"):
+        InputFormat(drop=("",))
+    assert InputFormat.from_dict(InputFormat(drop=["<unk>"]).to_dict()).drop == ("<unk>",)
