@@ -29,13 +29,15 @@ def test_a_bi_reranker_is_a_sentence_transformer_with_the_same_embeddings(tmp_pa
     from reranking.formats import main
     from reranking.inputs import encode_texts
 
-    src = exported(tmp_path, tiny_bert_dir, "bi", max_prefix_tokens=32, max_passage_tokens=48, bm25_weight=0.5)
+    src = exported(tmp_path, tiny_bert_dir, "bi", max_prefix_tokens=32, max_passage_tokens=48, bm25_weight=0.5,
+                   drop=["<unk>"])
     out = tmp_path / "st"
     assert main(["--reranker", str(src), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "0.5 x the passage's BM25 score" in printed and "last 32 encoder tokens" in printed
+    assert "remove '<unk>' from prefixes and passages" in printed  # a setting the format cannot hold either
     notes = json.loads((out / "ralm_reranker.json").read_text())
-    assert notes["bm25_weight"] == 0.5 and notes["cosine_temperature"] == 0.05
+    assert notes["bm25_weight"] == 0.5 and notes["cosine_temperature"] == 0.05 and notes["drop"] == ["<unk>"]
 
     model, tok, fmt = load_reranker(src)
     texts = PREFIXES + PASSAGES
