@@ -141,7 +141,8 @@ def compare(runs: list[str], out: str | None = None, baseline: str = "bm25", blo
         runs: Run directories (the first is the reference of the plot's gains, e.g. the none run).
         out: Where to write comparison.md and comparison.png (default: the runs' common parent).
         baseline: The run every other is tested against (interval, sign test): a reranker name (bm25, none,
-            ...) or a run directory's name.
+            ...), a run directory's name or its path; one that names no run given is refused (but the
+            default, ``bm25``, is left out of the table when no bm25 run is given).
         blocks: Resampling units when the runs do not record the article of each stride: this many blocks
             of consecutive strides.
     """
@@ -157,6 +158,14 @@ def compare(runs: list[str], out: str | None = None, baseline: str = "bm25", blo
                                  f"{first[key]} in {loaded[0]['dir']}); compare runs of one text")
     if blocks < 2:
         raise InputError(f"--blocks must be >= 2 (got {blocks})")
+    names = {r["results"]["reranker"] for r in loaded} | {Path(r["dir"]).name for r in loaded}
+    if baseline not in names:  # a run directory's path names its run; anything else but the default is a mistake
+        same = [r for r in loaded if Path(r["dir"]).resolve() == Path(baseline).resolve()]
+        if same:
+            baseline = Path(same[0]["dir"]).name
+        elif baseline != "bm25":
+            raise InputError(f"--baseline {baseline!r} is none of the runs given; name one of them: "
+                             f"{', '.join(sorted(Path(r['dir']).name for r in loaded))}")
     md = table(loaded, baseline, blocks)
     dest = Path(out) if out else Path(*Path(runs[0]).resolve().parts[:-1])
     dest.mkdir(parents=True, exist_ok=True)

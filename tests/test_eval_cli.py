@@ -86,6 +86,10 @@ def test_compare_prints_one_table_and_a_plot(tmp_path, tiny_gpt2_dir, bm25_corpu
     assert (tmp_path / "comparison.png").is_file() and (tmp_path / "comparison.md").is_file()
     assert compare([dirs[0], str(tmp_path / "missing")]) == 2
     assert "missing" in capsys.readouterr().err
+    assert compare(dirs + ["--baseline", dirs[1], "--out", str(tmp_path / "by-path")]) == 0  # a path names its run
+    assert (tmp_path / "by-path" / "comparison.md").read_text() == (tmp_path / "comparison.md").read_text()
+    assert compare(dirs + ["--baseline", "bm52"]) == 2
+    assert "--baseline 'bm52' is none of the runs given" in capsys.readouterr().err
 
 
 def test_reusing_an_earlier_runs_scores_gives_that_runs_numbers(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text,
