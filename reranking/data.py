@@ -192,7 +192,7 @@ class RerankDataModule(pl.LightningDataModule):
         self.save_hyperparameters()
         self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
                                architecture=architecture, max_passage_tokens=max_passage_tokens,
-                               drop=tuple(drop or ()))
+                               drop=drop)
         self.train_ds = self.val_ds = None
         self._tokenizer = None
 

@@ -95,7 +95,7 @@ class RerankerSystem(pl.LightningModule):
         self.save_hyperparameters()
         self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
                                architecture=architecture, max_passage_tokens=max_passage_tokens,
-                               bm25_weight=bm25_weight, drop=tuple(drop or ()))
+                               bm25_weight=bm25_weight, drop=drop)
         try:
             self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature,
                                     passage_grad=passage_grad, attention_dropout=attention_dropout)
