@@ -418,7 +418,10 @@ def _predict(job: _Job, tokens: Tokens, pending, make_candidates, work: Path, n_
 
 def stride_articles(tokenizer, body: str, wins, stride_index) -> "np.ndarray | None":
     """The article (0-based, in text order) of each stride's first scored token, for statistics that
-    resample whole articles (eval.compare); None when the tokenizer gives no character offsets."""
+    resample whole articles (eval.compare); None when the tokenizer gives no character offsets.
+
+    Text before the first heading counts as an article only if it holds words: raw WikiText opens with a
+    blank line, which would otherwise make the first stride a resampling unit of its own."""
     import numpy as np
 
     from ralm.corpus import split_articles
@@ -430,6 +433,8 @@ def stride_articles(tokenizer, body: str, wins, stride_index) -> "np.ndarray | N
     starts = np.array([o[0] for o in enc["offset_mapping"]], dtype=np.int64)  # char start per token
     pieces, _ = split_articles(body)
     piece_start = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+    if len(pieces) > 1 and not pieces[0].strip():
+        piece_start = np.concatenate([[0], piece_start[2:]])           # the blank lead joins article 0
     token_article = np.searchsorted(piece_start, starts, side="right") - 1
     first_scored = np.array([wins[i].end - wins[i].trg_len for i in stride_index], dtype=np.int64)
     return token_article[np.minimum(first_scored, len(token_article) - 1)].astype(np.int32)

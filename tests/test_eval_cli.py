@@ -346,3 +346,22 @@ def test_shipped_ppl_configs_parse():
     assert (kw["model"], r.index, r.k, r.query_tokens, w.stride, w.max_length, w.doc_max_tokens) == (
         "gpt2", "wikipedia-dpr-100w", 16, 32, 4, 1024, 256)
     assert kw["text"].name == "wikitext-103-v1" and kw["text"].split == "test" and r.forbid_eval_titles
+
+
+def test_each_stride_is_assigned_the_article_it_scores(tiny_gpt2_dir):
+    """The resampling units of ``eval.compare``: per stride, the article holding its first scored token,
+    by a plain count of the headings before that character (a word-less lead before the first heading,
+    as raw WikiText opens with, belongs to the first article instead of being a unit of one stride)."""
+    from transformers import AutoTokenizer
+
+    from eval.ppl import stride_articles
+    from ralm.windows import stride_windows
+
+    body = "".join(f" \n = Title {t} = \n \n" + f" word{t} and more text {t} here .\n" * 5 for t in "ABC")
+    tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
+    offsets = tok(body, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    wins = stride_windows(len(offsets), stride=4, max_length=16)
+    got = stride_articles(tok, body, wins, range(len(wins)))
+    headings = [body.index(f" = Title {t} = ") for t in "ABC"]
+    want = [max(0, sum(h <= offsets[w.target_begin][0] for h in headings) - 1) for w in wins]
+    assert got.tolist() == want and sorted(set(want)) == [0, 1, 2]
