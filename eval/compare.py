@@ -35,7 +35,26 @@ def load_run(d: Path) -> dict:
     t = pq.read_table(d / "strides.parquet")
     return {"dir": d, "results": res, "nll": t.column("nll").to_numpy(), "rank": t.column("chosen_rank").to_numpy(),
             "n_tokens": t.column("n_tokens").to_numpy(),
-            "article": t.column("article").to_numpy() if "article" in t.column_names else None}
+            "article": t.column("article").to_numpy() if "article" in t.column_names else None,
+            "docid": np.array(t.column("chosen_docid").to_pylist(), dtype=object)}
+
+
+def lm_input(run: dict) -> tuple | None:
+    """What the LM's input of a stride depends on besides its passage: the model, the computed precision and
+    the windows (``zero_shot_tokens`` only ranks); None where the run does not record them."""
+    ident, precision = run["results"].get("identity"), run["results"].get("precision")
+    if not ident or not precision or run.get("docid") is None:
+        return None
+    windows = {k: v for k, v in ident["windows"].items() if k != "zero_shot_tokens"}
+    return (repr(ident["model"]), precision.split()[0], repr(sorted(windows.items())))
+
+
+def same_input(group: list[dict], base: dict) -> np.ndarray | None:
+    """Per stride: True where every run of ``group`` put the baseline's passage (or none, like it) in front of
+    the same window for the same LM; None when their LM inputs differ in more than the passage."""
+    if lm_input(base) is None or any(lm_input(r) != lm_input(base) for r in group):
+        return None
+    return np.logical_and.reduce([r["docid"] == base["docid"] for r in group])
 
 
 def _label(run: dict) -> str:
@@ -79,7 +98,7 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
         elif base:
             nll = np.stack([r["nll"] for r in group])
             bs = paired_bootstrap(nll, base["nll"], group[0]["n_tokens"], res[0]["n_words"], unit, unit_name)
-            better, worse, p = sign_test(nll.mean(0), base["nll"])
+            better, worse, p = sign_test(nll.mean(0), base["nll"], ties=same_input(group, base))
             cells += [bs.cell(), p_cell(bs.p_not_better if bs.change < 0 else 1 - bs.p_not_better),
                       f"{better} / {worse}", p_cell(p)]
         first = [(r["rank"][r["rank"] >= 0] == 0).mean() for r in group if (r["rank"] >= 0).any()]
@@ -100,7 +119,8 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
     if base:
         lines.append(f"Interval: paired bootstrap of the word-perplexity change against {bl}, {BOOTSTRAP_SAMPLES:,} "
                      f"resamples of whole {unit_name}s (eval.stats); p (bootstrap): share of resamples on the other "
-                     "side of zero. Sign test: strides with lower / higher NLL than the baseline, ties dropped, two-sided.")
+                     "side of zero. Sign test: strides with lower / higher NLL than the baseline, ties (the same passage "
+                     "given to the same LM) dropped, two-sided.")
     if groups:
         lines.append("Mean of N seeds (runs in directories NAME-seedN): geometric mean of their perplexities; its "
                      "interval resamples the seeds with replacement as well as the units, its sign test compares "

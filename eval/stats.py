@@ -80,9 +80,14 @@ def paired_bootstrap(nll: np.ndarray, base_nll: np.ndarray, n_tokens: np.ndarray
     return Bootstrap(change, float(low), float(high), float((change_b >= 0).mean()), n_units, unit_name)
 
 
-def sign_test(nll: np.ndarray, base_nll: np.ndarray, tol: float = 1e-6) -> tuple[int, int, float]:
-    """(strides better, strides worse, two-sided exact binomial p-value); |difference| <= tol is a tie."""
+def sign_test(nll: np.ndarray, base_nll: np.ndarray, tol: float = 1e-6,
+              ties: np.ndarray | None = None) -> tuple[int, int, float]:
+    """(strides better, strides worse, two-sided exact binomial p-value); |difference| <= tol is a tie, and
+    so is every stride where ``ties`` is True (the LM read the same input in both runs: what differs there is
+    the rounding of differently shaped batches, which no tolerance separates from real changes)."""
     d = nll - base_nll
+    if ties is not None:
+        d = np.where(ties, 0.0, d)
     better, worse = int((d < -tol).sum()), int((d > tol).sum())
     n = better + worse
     if n == 0:
