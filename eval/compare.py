@@ -40,13 +40,16 @@ def load_run(d: Path) -> dict:
 
 
 def lm_input(run: dict) -> tuple | None:
-    """What the LM's input of a stride depends on besides its passage: the model, the computed precision and
-    the windows (``zero_shot_tokens`` only ranks); None where the run does not record them."""
+    """What the LM's input of a stride depends on besides its passage id: the model, the computed precision,
+    the windows (``zero_shot_tokens`` only ranks) and where passage ids are read (the index, or the retrieval
+    file); None where the run does not record them."""
     ident, precision = run["results"].get("identity"), run["results"].get("precision")
     if not ident or not precision or run.get("docid") is None:
         return None
     windows = {k: v for k, v in ident["windows"].items() if k != "zero_shot_tokens"}
-    return (repr(ident["model"]), precision.split()[0], repr(sorted(windows.items())))
+    source = ident.get("retrieval") or {}
+    return (repr(ident["model"]), precision.split()[0], repr(sorted(windows.items())),
+            repr(source.get("index") or source.get("sha256")))
 
 
 def same_input(group: list[dict], base: dict) -> np.ndarray | None:

@@ -129,9 +129,10 @@ def test_strides_given_the_same_passage_by_the_same_lm_are_ties():
     and only they are, while the runs' LM inputs differ in nothing but the passage."""
     from eval.compare import same_input
 
-    def run(docids, nll, windows=None, precision="float32 (auto: ...)", zero_shot_tokens=16):
+    def run(docids, nll, windows=None, precision="float32 (auto: ...)", zero_shot_tokens=16, index="dir:idx:1"):
         ident = {"model": {"spec": "lm"}, "windows": {"stride": 4, "max_length": 64, "doc_max_tokens": 16,
-                                                      "zero_shot_tokens": zero_shot_tokens, **(windows or {})}}
+                                                      "zero_shot_tokens": zero_shot_tokens, **(windows or {})},
+                 "retrieval": {"index": index, "k": 8}}
         return {"results": {"identity": ident, "precision": precision}, "docid": np.array(docids, dtype=object),
                 "nll": np.array(nll)}
 
@@ -142,5 +143,6 @@ def test_strides_given_the_same_passage_by_the_same_lm_are_ties():
     seeds = [zs, run(["", "a", "b", "z", "y"], [1.0, 2.0, 3.0, 3.0, 5.5])]         # a tie only where all seeds are
     assert same_input(seeds, base).tolist() == [True, True, False, False, False]
     for other in (run(["", "a", "b", "c", "d"], zs["nll"], windows={"doc_max_tokens": 32}),
-                  run(["", "a", "b", "c", "d"], zs["nll"], precision="bfloat16 (auto: ...)")):
+                  run(["", "a", "b", "c", "d"], zs["nll"], precision="bfloat16 (auto: ...)"),
+                  run(["", "a", "b", "c", "d"], zs["nll"], index="dir:another:2")):
         assert same_input([other], base) is None                                   # another LM input: no ties
