@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.split_articles import heldout_titles, split
+from bench.split_articles import heldout_titles, split, split_text
 
 
 def _shards(d, titles_per_shard):
@@ -50,3 +50,20 @@ def test_split_refuses_a_non_empty_output(tmp_path):
     (tmp_path / "fit" / "x.parquet").write_text("")
     with pytest.raises(SystemExit, match="not empty"):
         split(tmp_path / "data", tmp_path / "fit", tmp_path / "held", 0.5, 0)
+
+
+def test_split_text_keeps_whole_articles_on_the_side_the_dataset_split_gives_their_title(tmp_path):
+    from ralm.corpus import split_articles
+
+    arts = [f" = Article {i} = \n \n Body {i} , one line .\n \n = = Section = = \n \n More of {i} .\n \n" for i in range(30)]
+    text = " \n" + "".join(arts)  # a blank lead before the first heading belongs to no article
+    (tmp_path / "train.txt").write_text(text, encoding="utf-8")
+    rec = split_text(tmp_path / "train.txt", tmp_path / "fit.txt", tmp_path / "held.txt", fraction=0.5, seed=0)
+    held = heldout_titles([f"Article {i}" for i in range(30)], 0.5, 0)
+    for f, side in (("fit.txt", False), ("held.txt", True)):
+        pieces, titles = split_articles((tmp_path / f).read_text(encoding="utf-8"))
+        assert titles == [f"Article {i}" for i in range(30) if held[i] == side]  # whole, in order, as read back
+        assert pieces == [arts[i] for i in range(30) if held[i] == side]
+    assert rec["articles"] == {"fit": int((~held).sum()), "heldout": int(held.sum())} and 0 < held.sum() < 30
+    with pytest.raises(SystemExit, match="exists"):
+        split_text(tmp_path / "train.txt", tmp_path / "fit.txt", tmp_path / "other.txt", fraction=0.5, seed=0)
