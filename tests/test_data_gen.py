@@ -451,3 +451,25 @@ def test_a_second_build_on_the_same_out_is_refused_at_once(built, dg_inputs, tmp
     assert first.returncode == 0, log1
     assert rc == 2 and str(out) in log2 and f"pid {first.pid} " in log2 and "in use" in log2, log2
     assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
+
+
+def test_scores_file_rebuilds_the_dataset_from_its_retrieval(built, dg_inputs, tmp_path):
+    """``data_gen.scores_file``: a dataset scored elsewhere travels as its scores alone; retrieval here
+    plus those scores assemble the same dataset (content hash) without scoring anything."""
+    from data_gen.scores_file import export, load_into
+    from ralm.settings import InputError
+
+    export(str(built["out"]), str(tmp_path / "scores.npz"))
+    out = tmp_path / "out"
+    rc, log = run_cli(build_args(dg_inputs, out, "--stage", "retrieve"))
+    assert rc == 0, log
+    load_into(str(tmp_path / "scores.npz"), str(out))
+    rc, log = run_cli(build_args(dg_inputs, out))
+    assert rc == 0, log
+    assert "[score]" not in log  # nothing left to score
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
+    other = tmp_path / "other"
+    rc, log = run_cli(build_args(dg_inputs, other, "--stage", "retrieve", "--seed", "1"))
+    assert rc == 0, log
+    with pytest.raises(InputError, match="seed"):
+        load_into(str(tmp_path / "scores.npz"), str(other))
