@@ -454,22 +454,27 @@ def test_a_second_build_on_the_same_out_is_refused_at_once(built, dg_inputs, tmp
 
 
 def test_scores_file_rebuilds_the_dataset_from_its_retrieval(built, dg_inputs, tmp_path):
-    """``data_gen.scores_file``: a dataset scored elsewhere travels as its scores alone; retrieval here
-    plus those scores assemble the same dataset (content hash) without scoring anything."""
+    """``data_gen.scores_file``: a dataset scored elsewhere travels as its scores alone; its retrieval here
+    (the reference build's ``work/``, kept: what ``--stage retrieve`` writes) plus those scores assemble the
+    same dataset (content hash) without scoring anything; a directory of other settings is refused."""
+    import shutil
+
     from data_gen.scores_file import export, load_into
     from ralm.settings import InputError
 
     export(str(built["out"]), str(tmp_path / "scores.npz"))
     out = tmp_path / "out"
-    rc, log = run_cli(build_args(dg_inputs, out, "--stage", "retrieve"))
-    assert rc == 0, log
+    shutil.copytree(built["out"] / "work", out / "work", ignore=shutil.ignore_patterns("scores", "shard_hashes.json"))
+    shutil.copy(built["out"] / "config.json", out / "config.json")
+    assert not list(out.glob("*.parquet"))
     load_into(str(tmp_path / "scores.npz"), str(out))
     rc, log = run_cli(build_args(dg_inputs, out))
     assert rc == 0, log
-    assert "[score]" not in log  # nothing left to score
+    assert "[score]" in built["log"] and "[score]" not in log  # the reference build scored; this one scored nothing
     assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
     other = tmp_path / "other"
-    rc, log = run_cli(build_args(dg_inputs, other, "--stage", "retrieve", "--seed", "1"))
-    assert rc == 0, log
+    other.mkdir()
+    config = json.loads((built["out"] / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "seed": config["seed"] + 1}))
     with pytest.raises(InputError, match="seed"):
         load_into(str(tmp_path / "scores.npz"), str(other))
