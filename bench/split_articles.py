@@ -4,7 +4,6 @@
     python bench/split_articles.py --text runs/real/texts/train.txt --fit runs/real/texts/train-artfit.txt \
         --heldout runs/real/texts/train-artheldout.txt
 
-
 Training prefixes are sampled at many positions of every article, so examples split by id (the fits'
 validation split, or later shards) share articles with the fit: a reranker that learned which passages
 suit one article's text is then judged on more text of that article. Splitting by article (a hash of
