@@ -77,12 +77,11 @@ def split_text(text: Path, fit: Path, heldout: Path, fraction: float, seed: int)
     for f in (fit, heldout):
         if f.exists():
             raise SystemExit(f"{f} exists: pick new output files or delete it")
-    pieces, titles = split_articles(text.read_text(encoding="utf-8"))
-    pieces, titles = zip(*[(p, t) for p, t in zip(pieces, titles) if t]) if any(titles) else ((), ())
-    held = heldout_titles(list(titles), fraction, seed)
+    articles = [(p, t) for p, t in zip(*split_articles(text.read_text(encoding="utf-8"))) if t]
+    held = heldout_titles([t for _, t in articles], fraction, seed)
     for f, side in ((fit, False), (heldout, True)):
         f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text("".join(p for p, h in zip(pieces, held) if h == side), encoding="utf-8")
+        f.write_text("".join(p for (p, _), h in zip(articles, held) if h == side), encoding="utf-8")
     return {"source": str(text), "heldout_fraction": fraction, "seed": seed,
             "articles": {"fit": int((~held).sum()), "heldout": int(held.sum())}}
 

@@ -55,6 +55,13 @@ def read_scores(scores_dir: Path) -> tuple[dict[int, tuple[np.ndarray, float]], 
     return out, sorted(dtypes)
 
 
+def write_chunk(shard_dir: Path, ids: np.ndarray, counts: np.ndarray, logprobs: np.ndarray, dtype: str) -> None:
+    """One chunk file as :func:`read_scores` reads it: ``shard_dir/ids-FIRSTID.npz`` holding each example's
+    candidate log-probs in rank order, then its no-document log-prob, with the compute dtype."""
+    atomic_save_npz(Path(shard_dir) / f"ids-{int(ids[0]):09d}.npz", ids=np.asarray(ids, np.int64),
+                    counts=np.asarray(counts, np.int64), logprobs=np.asarray(logprobs, np.float32), dtype=np.array(dtype))
+
+
 class ChunkDataset(Dataset):
     """Item i = one scoring step: the rows of a chunk of examples of one shard.
 
@@ -155,10 +162,9 @@ class ScoreWriter(BasePredictionWriter):
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
                            dataloader_idx=0) -> None:
-        ids = prediction["ids"].numpy().astype(np.int64)
-        path = self.root / f"shard-{prediction['shard']:05d}" / f"ids-{int(ids[0]):09d}.npz"
-        atomic_save_npz(path, ids=ids, counts=prediction["counts"].numpy().astype(np.int64),
-                        logprobs=prediction["logprobs"].numpy().astype(np.float32), dtype=np.array(self.dtype))
+        ids = prediction["ids"].numpy()
+        write_chunk(self.root / f"shard-{prediction['shard']:05d}", ids, prediction["counts"].numpy(),
+                    prediction["logprobs"].numpy(), self.dtype)
         if self.progress is not None:
             self.progress.update(len(ids))
         shard = int(prediction["shard"])

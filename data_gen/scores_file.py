@@ -25,8 +25,6 @@ import numpy as np
 
 from ralm.settings import InputError
 
-from .shards import atomic_save_npz
-
 
 def export(data: str, out: str) -> str:
     """Write the LM scores of the finished dataset ``data`` (its manifest must exist) to ``out`` (.npz)."""
@@ -52,6 +50,7 @@ def export(data: str, out: str) -> str:
 
 def load_into(scores: str, out: str) -> str:
     """Place the scores of file ``scores`` in ``out``'s work directory (``out``: the same dataset, retrieved)."""
+    from .score import write_chunk
     from .shards import Layout
 
     with np.load(scores) as z:
@@ -71,10 +70,9 @@ def load_into(scores: str, out: str) -> str:
     for k in sorted(files):
         if k.endswith("_ids"):
             s = int(k[len("shard"):-len("_ids")])
-            ids = files[k]
-            atomic_save_npz(layout.scores(s) / f"ids-{int(ids[0]):09d}.npz", ids=ids, counts=files[f"shard{s}_counts"],
-                            logprobs=files[f"shard{s}_logprobs"], dtype=files[f"shard{s}_dtype"])
-            n += len(ids)
+            write_chunk(layout.scores(s), files[k], files[f"shard{s}_counts"], files[f"shard{s}_logprobs"],
+                        str(files[f"shard{s}_dtype"]))
+            n += len(files[k])
     return (f"{n:,} examples' scores placed under {layout.scores_dir}; now rerun data_gen.build with the same "
             f"settings and --out {o}. The source's content hash was {files['content_hash']} (a hash of the shard "
             "files' bytes: equal where the pyarrow version is the same)")
