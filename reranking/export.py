@@ -3,12 +3,12 @@
 An export directory holds everything needed to score pairs, with no training config and no download:
 
 - ``model.safetensors``: the model's weights (:class:`~reranking.model.CrossEncoder`: encoder + head;
-  :class:`~reranking.model.BiEncoder`: encoder);
+  :class:`~reranking.model.BiEncoder`: encoder, and its frozen passage encoder where it has one);
 - ``config.json``: the encoder's Hugging Face config;
 - the tokenizer files (``tokenizer.json`` ...);
 - ``reranker.json``: format/version, the encoder name it was trained from, the input format
   (:class:`~reranking.inputs.InputFormat`, whose ``architecture`` says which model class) and, for a
-  bi-encoder, ``cosine_temperature``.
+  bi-encoder, ``cosine_temperature`` and ``frozen_passages``.
 
 A Lightning ``.ckpt`` written by :class:`~reranking.system.RerankerSystem` carries the same description
 under its ``"reranker"`` key and is read with ``torch.load(weights_only=True)``: no code is unpickled.
@@ -51,6 +51,7 @@ def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path, train
     meta = {"format": FORMAT, "version": 1, "encoder": encoder,
             "input_format": fmt.to_dict(), "weights": WEIGHTS_FILE,
             "cosine_temperature": getattr(model, "temperature", None),
+            "frozen_passages": getattr(model, "frozen_passages", False),
             "score": ("linear head on the first token's last hidden state" if fmt.architecture == "cross" else
                       "cosine of mean-pooled prefix and passage embeddings / cosine_temperature")
             + (f" + {fmt.bm25_weight} x BM25 score" if fmt.bm25_weight else "")}
@@ -115,7 +116,8 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
 
         meta = json.loads((path / META_FILE).read_text())
         fmt = InputFormat.from_dict(meta["input_format"])
-        model = make_model(fmt.architecture, config=AutoConfig.from_pretrained(path), temperature=meta.get("cosine_temperature"))
+        model = make_model(fmt.architecture, config=AutoConfig.from_pretrained(path), temperature=meta.get("cosine_temperature"),
+                           frozen_passages=meta.get("frozen_passages", False))
         load_model(model, str(path / meta.get("weights", WEIGHTS_FILE)), strict=True)
         tokenizer = AutoTokenizer.from_pretrained(path)
     elif path.is_file():
@@ -128,7 +130,8 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
             config = AutoConfig.from_pretrained(tmp)
             tokenizer = AutoTokenizer.from_pretrained(tmp)
         fmt = InputFormat.from_dict(meta["input_format"])
-        model = make_model(fmt.architecture, config=config, temperature=meta.get("cosine_temperature"))
+        model = make_model(fmt.architecture, config=config, temperature=meta.get("cosine_temperature"),
+                           frozen_passages=meta.get("frozen_passages", False))
         state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
         model.load_state_dict(state, strict=True)
     else:

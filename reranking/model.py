@@ -5,7 +5,8 @@ Two architectures score f(x, d) for a prefix x and a passage d:
 * :class:`CrossEncoder` (``cross``, the paper's): one encoder reads the pair, a linear head scores it.
 * :class:`BiEncoder` (``bi``): prefix and passage are embedded separately (mean-pooled, L2-normalised)
   and f = cosine / τ. Before any training it *is* the cosine ranking of a sentence encoder such as
-  all-MiniLM-L6-v2 (``eval.ppl --reranker cosine``), so that row is exactly its ablation.
+  all-MiniLM-L6-v2 (``eval.ppl --reranker cosine``), so that row is exactly its ablation. With
+  ``frozen_passages`` only its prefix tower trains; passages keep the starting encoder's embeddings.
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ class BiEncoder(nn.Module):
             fine-tuning: RAG trains only its query encoder against a fixed document encoder): the same
             shared encoder and, at evaluation, the same scores, but a training step skips the backward
             pass through its k passages per prefix and their dropout, most of the step's cost.
+        frozen_passages: passages are embedded by a frozen copy of the starting encoder (REPLUG's LM-supervised
+            retrieval trains only its query encoder, so that the document index stays valid): the copy never
+            trains and runs without dropout, so a passage's embedding is computed once and cached for the
+            rest of the run (a training set's 200,000 candidate slots hold ~13,000 distinct passages), and a
+            training step costs the prefixes' forward and backward alone. Untrained, it equals the shared
+            model. The copy is part of the weights (exports and checkpoints carry both encoders).
         attention_dropout: replaces the encoder's dropout on attention probabilities (``None``: keep it).
     """
 
@@ -115,21 +122,41 @@ class BiEncoder(nn.Module):
 
     def __init__(self, encoder: str = "sentence-transformers/all-MiniLM-L6-v2", pretrained: bool = True,
                  config=None, temperature: float = 0.05, passage_grad: bool = True,
-                 attention_dropout: float | None = None):
+                 attention_dropout: float | None = None, frozen_passages: bool = False):
         super().__init__()
         if not temperature > 0:
             raise ValueError(f"BiEncoder: temperature={temperature} must be > 0 (--model.cosine_temperature)")
         self.encoder = _encoder(encoder, pretrained, config, attention_dropout)
         self.temperature = float(temperature)
         self.passage_grad = bool(passage_grad)
+        self.passage_encoder = None
+        self._frozen: dict[bytes, torch.Tensor] = {}  # a passage's real token ids -> its embedding
+        if frozen_passages:
+            import copy
+
+            self.passage_encoder = copy.deepcopy(self.encoder).eval().requires_grad_(False)
+            # new weights (an export, a checkpoint, init_from) make every cached embedding stale
+            self.register_load_state_dict_post_hook(lambda module, keys: module._frozen.clear())
+
+    @property
+    def frozen_passages(self) -> bool:
+        return self.passage_encoder is not None
+
+    def train(self, mode: bool = True) -> "BiEncoder":
+        super().train(mode)
+        if self.passage_encoder is not None:
+            self.passage_encoder.eval()  # frozen: no dropout, ever
+        return self
 
     @property
     def config(self):
         return self.encoder.config
 
-    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """``FloatTensor[N, H]``: L2-normalised mean of the last hidden states over real tokens."""
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, passages: bool = False) -> torch.Tensor:
+        """``FloatTensor[N, H]``: L2-normalised mean of the last hidden states over real tokens; ``passages``:
+        by the passage tower (the frozen copy where there is one, else the shared encoder)."""
+        encoder = self.passage_encoder if passages and self.passage_encoder is not None else self.encoder
+        hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         m = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
         return nn.functional.normalize(pooled.float(), dim=-1)
@@ -146,7 +173,9 @@ class BiEncoder(nn.Module):
             raise ValueError(f"BiEncoder.forward: pair_query {tuple(pair_query.shape)} must have one entry per "
                              f"passage ({passage_input_ids.shape[0]})")
         q = self.embed(query_input_ids, query_attention_mask)
-        if self.passage_grad or not torch.is_grad_enabled():
+        if self.passage_encoder is not None:
+            d = self._frozen_embeddings(passage_input_ids, passage_attention_mask).to(q.device)
+        elif self.passage_grad or not torch.is_grad_enabled():
             d = self.embed(passage_input_ids, passage_attention_mask)
         else:  # a fixed target, as from a frozen document encoder: no gradient, no dropout
             mode = self.encoder.training
@@ -158,15 +187,38 @@ class BiEncoder(nn.Module):
                 self.encoder.train(mode)
         return (q[pair_query] * d).sum(-1) / self.temperature
 
+    @torch.no_grad()
+    def _frozen_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The frozen tower's embeddings ``[P, H]``, each passage computed once per process (by its real token
+        ids; the passages not yet cached in one batch, cut to their longest)."""
+        keys = [ids[m.bool()].cpu().numpy().tobytes() for ids, m in zip(input_ids, attention_mask)]
+        first: dict[bytes, int] = {}
+        for i, k in enumerate(keys):
+            if k not in self._frozen:
+                first.setdefault(k, i)
+        new = list(first.values())
+        if new:
+            rows = torch.tensor(new, device=input_ids.device)
+            ids, m = input_ids[rows], attention_mask[rows]
+            real = m.bool().any(0)  # drop the columns that are padding in every row left
+            emb = self.embed(ids[:, real], m[:, real], passages=True)
+            for i, e in zip(new, emb):
+                self._frozen[keys[i]] = e
+        return torch.stack([self._frozen[k] for k in keys])
+
 
 def make_model(architecture: str, encoder: str | None = None, pretrained: bool = True, config=None,
                temperature: float | None = None, passage_grad: bool = True,
-               attention_dropout: float | None = None) -> nn.Module:
-    """The reranker model an architecture name stands for (``cross`` or ``bi``); ``temperature`` and
-    ``passage_grad``: bi only."""
+               attention_dropout: float | None = None, frozen_passages: bool = False) -> nn.Module:
+    """The reranker model an architecture name stands for (``cross`` or ``bi``); ``temperature``,
+    ``passage_grad`` and ``frozen_passages``: bi only."""
     if architecture == "bi":
         return BiEncoder(encoder, pretrained=pretrained, config=config, temperature=temperature,
-                         passage_grad=passage_grad, attention_dropout=attention_dropout)
+                         passage_grad=passage_grad, attention_dropout=attention_dropout,
+                         frozen_passages=frozen_passages)
+    if frozen_passages:
+        raise ValueError("frozen_passages=true is a bi-encoder setting: a cross-encoder reads prefix and passage "
+                         "together (--model.frozen_passages false, or --model.architecture bi)")
     if not passage_grad:
         raise ValueError("passage_grad=false is a bi-encoder setting: a cross-encoder reads prefix and passage "
                          "together (--model.passage_grad true, or --model.architecture bi)")

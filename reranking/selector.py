@@ -128,8 +128,9 @@ class CosineSelector(Selector):
         return self
 
     @torch.inference_mode()
-    def embed(self, texts: list[str], max_tokens: int, keep: str) -> torch.Tensor:
-        """L2-normalised mean-pooled last hidden states, ``FloatTensor[len(texts), H]`` on CPU."""
+    def embed(self, texts: list[str], max_tokens: int, keep: str, passages: bool = False) -> torch.Tensor:
+        """L2-normalised mean-pooled last hidden states, ``FloatTensor[len(texts), H]`` on CPU; ``passages``:
+        by the model's passage tower (:meth:`reranking.model.BiEncoder.embed`)."""
         from reranking.inputs import encode_texts, without
 
         device = next(self.model.parameters()).device
@@ -137,13 +138,14 @@ class CosineSelector(Selector):
         out = []
         for s in range(0, len(texts), self.batch_size):
             enc = encode_texts(self.tokenizer, texts[s:s + self.batch_size], max_tokens, keep)
-            out.append(self.model.embed(enc["input_ids"].to(device), enc["attention_mask"].to(device)).cpu())
+            out.append(self.model.embed(enc["input_ids"].to(device), enc["attention_mask"].to(device),
+                                        passages=passages).cpu())
         return torch.cat(out) if out else torch.empty(0, self.model.config.hidden_size)
 
     def _passages(self, docs: list[str]) -> torch.Tensor:
         missing = [d for d in dict.fromkeys(docs) if d not in self._cache]
         if missing:
-            for d, e in zip(missing, self.embed(missing, self.passage_tokens, "start")):
+            for d, e in zip(missing, self.embed(missing, self.passage_tokens, "start", passages=True)):
                 self._cache[d] = e
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)

@@ -63,6 +63,9 @@ class RerankerSystem(pl.LightningModule):
             corrects (0: the paper's reranker; see :class:`reranking.inputs.InputFormat`).
         passage_grad: bi: ``False`` trains through the prefix's embedding only (passages embedded by the
             same encoder without a gradient or dropout; a fraction of a step's cost, ``bench/fit_step.py``).
+        frozen_passages: bi: passages embedded by a frozen copy of the starting encoder, each computed once and
+            cached, so only the prefix tower trains and a step costs the prefixes alone
+            (:class:`~reranking.model.BiEncoder`; REPLUG's query-side training).
         attention_dropout: the encoder's dropout on attention probabilities (``None``: its config's, 0.1
             for MiniLM). On a CPU, drawing that mask is about a third of a training step (``bench/fit_step.py``).
         drop: strings the reranker never reads, in training and in every use of its export (e.g.
@@ -77,7 +80,7 @@ class RerankerSystem(pl.LightningModule):
                  total_steps: int | None = None, init_from: str | None = None, architecture: str = "cross",
                  max_passage_tokens: int = 256, cosine_temperature: float = 0.05, bm25_weight: float = 0.0,
                  passage_grad: bool = True, attention_dropout: float | None = None,
-                 drop: list[str] | None = None):
+                 drop: list[str] | None = None, frozen_passages: bool = False):
         super().__init__()
         problems = []
         if loss not in LOSSES:
@@ -98,7 +101,8 @@ class RerankerSystem(pl.LightningModule):
                                bm25_weight=bm25_weight, drop=drop)
         try:
             self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature,
-                                    passage_grad=passage_grad, attention_dropout=attention_dropout)
+                                    passage_grad=passage_grad, attention_dropout=attention_dropout,
+                                    frozen_passages=frozen_passages)
         except ValueError as e:
             from ralm.settings import SettingsError
 
@@ -241,7 +245,8 @@ class RerankerSystem(pl.LightningModule):
             self._meta = {"format": "ralm-reranker", "version": 1, "encoder": self.hparams.encoder,
                           "encoder_config": self.model.config.to_json_string(),
                           "input_format": self.fmt.to_dict(), "tokenizer_files": files,
-                          "cosine_temperature": getattr(self.model, "temperature", None)}
+                          "cosine_temperature": getattr(self.model, "temperature", None),
+                          "frozen_passages": getattr(self.model, "frozen_passages", False)}
         return self._meta
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -480,6 +481,83 @@ def test_passage_grad_false_trains_through_the_prefix_only(tiny_bert_dir, rerank
     with pytest.raises(SettingsError, match="passage_grad"):
         RerankerSystem(encoder=str(tiny_bert_dir), architecture="cross", max_length=48, max_prefix_tokens=16,
                        passage_grad=False)
+
+
+def test_frozen_passages_trains_the_prefix_tower_against_the_starting_encoders_passages(
+        tiny_bert_dir, rerank_data_dir, tmp_path):
+    """``frozen_passages``: untrained it scores as the shared model; its gradient is a plain transcription's
+    with the passages embedded by a detached copy of the start; after training steps the passages keep the
+    start's embeddings (each distinct passage computed once), and the export carries both towers."""
+    from datasets import load_dataset
+
+    from ralm.retrieval import Passage
+    from ralm.selectors import StrideBatch
+    from ralm.settings import SettingsError
+    from reranking.data import RerankDataModule, parquet_files
+    from reranking.export import export
+    from reranking.selector import PredictiveSelector
+    from reranking.system import RerankerSystem
+
+    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", max_prefix_tokens=16, max_passage_tokens=24,
+              bm25_weight=0.5)
+    torch.manual_seed(0)
+    shared = RerankerSystem(**kw)
+    frozen = RerankerSystem(**kw, frozen_passages=True)
+    frozen.model.load_state_dict({**shared.model.state_dict(),
+                                  **{f"passage_encoder.{k}": v for k, v in shared.model.encoder.state_dict().items()}})
+    start = copy.deepcopy(shared.model.encoder).eval()
+    frozen.model.train()
+    assert frozen.model.encoder.training and not frozen.model.passage_encoder.training
+    assert not any(p.requires_grad for p in frozen.model.passage_encoder.parameters())
+    dm = RerankDataModule(str(rerank_data_dir), tokenizer=str(tiny_bert_dir), val_fraction=0.25, batch_size=4,
+                          num_workers=0, architecture="bi", max_prefix_tokens=16, max_passage_tokens=24)
+    dm.setup("fit")
+    batches = list(dm.train_dataloader())[:3]
+    for s in (shared, frozen):
+        s.model.encoder.eval()  # no dropout: the forwards compared below must be the same
+    with torch.no_grad():
+        torch.testing.assert_close(frozen.score_batch(batches[0]), shared.score_batch(batches[0]))
+
+    def transcription(batch):  # the prefixes by the trained tower, the passages by the start, as constants
+        q = frozen.model.embed(batch["query_input_ids"], batch["query_attention_mask"])
+        with torch.no_grad():
+            h = start(input_ids=batch["passage_input_ids"], attention_mask=batch["passage_attention_mask"])
+            m = batch["passage_attention_mask"].unsqueeze(-1).float()
+            d = torch.nn.functional.normalize((h.last_hidden_state * m).sum(1) / m.sum(1), dim=-1)
+        f = (q[batch["pair_query"]] * d).sum(-1) / frozen.model.temperature
+        mask = batch["mask"]
+        return torch.full(mask.shape, float("-inf")).masked_scatter(mask, f) + 0.5 * batch["bm25"]
+
+    opt = torch.optim.SGD([p for p in frozen.model.parameters() if p.requires_grad], lr=0.5)
+    for batch in batches:  # train the prefix tower: a passage's embedding must not move
+        frozen.model.zero_grad()
+        frozen.loss_fn(frozen.score_batch(batch), batch["lm_logprobs"], batch["mask"]).backward()
+        got = {n: p.grad.clone() for n, p in frozen.model.named_parameters() if p.grad is not None}
+        frozen.model.zero_grad()
+        frozen.loss_fn(transcription(batch), batch["lm_logprobs"], batch["mask"]).backward()
+        want = {n: p.grad.clone() for n, p in frozen.model.named_parameters() if p.grad is not None}
+        assert got.keys() == want.keys() and not any(n.startswith("passage_encoder.") for n in got)
+        for n in want:
+            torch.testing.assert_close(got[n], want[n], msg=n)
+        opt.step()
+    distinct = {tuple(ids[m.bool()].tolist()) for b in batches
+                for ids, m in zip(b["passage_input_ids"], b["passage_attention_mask"])}
+    assert len(frozen.model._frozen) == len(distinct)
+    with torch.no_grad():
+        trained = frozen.score_batch(batches[0])
+        torch.testing.assert_close(trained, transcription(batches[0]))
+        assert not torch.allclose(trained, shared.score_batch(batches[0]))
+    sel = PredictiveSelector.from_path(export(frozen, tmp_path / "export"), batch_size=3)
+    assert sel.model.frozen_passages and not sel.model._frozen  # loading new weights empties the cache
+    by_id = {r["id"]: r for r in load_dataset("parquet", data_files=parquet_files(rerank_data_dir), split="train")}
+    rows = [by_id[int(i)] for i in batches[0]["ids"]]
+    cands = [[Passage(f"d{j}", "", t, s) for j, (t, s) in enumerate(zip(r["doc_texts"], r["bm25_scores"]))] for r in rows]
+    got = sel.scores(StrideBatch([r["prefix_text"] for r in rows], cands, list(range(len(rows)))))
+    for b, g in enumerate(got):
+        torch.testing.assert_close(g, trained[b, : len(g)], rtol=1e-4, atol=1e-4)
+    with pytest.raises(SettingsError, match="frozen_passages"):
+        RerankerSystem(encoder=str(tiny_bert_dir), architecture="cross", max_length=48, max_prefix_tokens=16,
+                       frozen_passages=True)
 
 
 def test_attention_dropout_replaces_the_encoders_own(tiny_bert_dir):
