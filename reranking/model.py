@@ -189,9 +189,11 @@ class BiEncoder(nn.Module):
 
     @torch.no_grad()
     def _frozen_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The frozen tower's embeddings ``[P, H]``, each passage computed once per process (by its real token
-        ids; the passages not yet cached in one batch, cut to their longest)."""
-        keys = [ids[m.bool()].cpu().numpy().tobytes() for ids, m in zip(input_ids, attention_mask)]
+        """The frozen tower's embeddings ``[P, H]``, each passage computed once per process (keyed by its real
+        token ids; the passages not yet cached are embedded together, without the columns that are padding in
+        all of them). Lightning's note that modules are in eval mode at the start of training is this tower."""
+        ids_cpu, mask_cpu = input_ids.cpu(), attention_mask.cpu().bool()  # one transfer, not one per passage
+        keys = [ids[m].numpy().tobytes() for ids, m in zip(ids_cpu, mask_cpu)]
         first: dict[bytes, int] = {}
         for i, k in enumerate(keys):
             if k not in self._frozen:
