@@ -1,7 +1,8 @@
 """What a reranker training step costs, and what five settings save: ``--model.attention_dropout 0``,
-``--model.passage_grad false``, ``--model.frozen_passages true`` (timed with its cache of passage embeddings
-already filled, as after the first pass over a training set), shorter passages (``--model.max_passage_tokens 64``) and fewer candidates
-(``--data.max_candidates 4``; the last two with attention dropout 0, as ``configs/demo/fit.yaml`` has them).
+``--model.passage_grad false``, ``--model.frozen_passages true`` (timed with its cache of passage
+embeddings already filled, as after the first pass over a training set), shorter passages
+(``--model.max_passage_tokens 64``) and fewer candidates (``--data.max_candidates 4``; the last two with
+attention dropout 0, as ``configs/demo/fit.yaml`` has them).
 
     python bench/fit_step.py [--repeats 4] [--data data/real/smollm2-wt2] [--precision auto]
 
