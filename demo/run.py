@@ -10,7 +10,9 @@ through the same ``main`` as ``python -m eval.ppl`` (sparing each its ~10 s of i
 4. ``python -m reranking.fit``     — the predictive reranker: the generic pretrained all-MiniLM-L6-v2
    (``minilm-l6``) fine-tuned as a bi-encoder on those LM scores alone
 5. ``python -m eval.ppl`` × 12     — none / bm25 / zero-shot / cosine / predictive / oracle on the
-   evaluation articles and on the held-out articles, then ``python -m eval.compare`` per text.
+   evaluation articles and on the held-out articles, then ``python -m eval.compare`` per text. Zero-shot
+   and oracle run first: they score every candidate, and the other rows reuse those LM scores
+   (``--reuse_from``; the same LM inputs), so of the others only the no-retrieval row forwards the LM.
    ``cosine`` is the same MiniLM with no fine-tuning, ranking exactly as the predictive reranker did
    before its first step: the ablation that shows what the LM supervision adds.
 
@@ -31,6 +33,9 @@ CONFIGS = ROOT / "configs" / "demo"
 RERANKERS = ["none", "bm25", "zero-shot", "cosine", "predictive", "oracle"]
 #: The rows :func:`ordering_holds` compares (zero-shot is reported beside them, not part of the claim).
 CLAIM = ["none", "bm25", "cosine", "predictive", "oracle"]
+#: Rows that score every candidate with the LM to choose; they run first and the other rows of the same text
+#: take their target NLLs from them instead of forwarding the LM again (``eval.ppl --reuse_from``).
+LENDERS = ["zero-shot", "oracle"]
 #: Texts the rerankers are evaluated on (files of the world directory). No setting was chosen on
 #: the held-out articles; the zero-shot s′ was chosen on dev.txt (see configs/demo/ppl.yaml).
 TEXTS = ["eval", "heldout"]
@@ -122,13 +127,17 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
              "cosine": ["--reranker", "cosine", *cosine_flags(configs / "fit.yaml")]}
     ppl: dict[str, dict[str, float]] = {}
     for text in texts:
-        for name in rerankers:
+        lenders: list[str] = []  # zero-shot and oracle score every candidate; the later rows reuse those scores
+        for name in sorted(rerankers, key=lambda r: r not in LENDERS):
             rdir = out / "ppl" / text / name
+            reuse = ["--reuse_from", "[" + ",".join(lenders) + "]"] if lenders and name not in ("zero-shot", "none") else []
             stage(f"5/5 eval.ppl {text} {name}",
                   ["-m", "eval.ppl", "--config", str(configs / "ppl.yaml"), "--text.file", str(world / f"{text}.txt"),
                    "--retrieval.index", str(index / "index"), *extra.get(name, ["--reranker", name]),
-                   "--output_dir", str(rdir), "--cache_dir", str(out / "retrieval_cache"), *scoring],
+                   "--output_dir", str(rdir), "--cache_dir", str(out / "retrieval_cache"), *reuse, *scoring],
                   (rdir / "results.json").exists(), in_process=True)
+            if name in LENDERS:
+                lenders.append(str(rdir))
             ppl.setdefault(text, {})[name] = json.loads((rdir / "results.json").read_text())["ppl_word"]
 
     for text in texts:

@@ -76,6 +76,12 @@ class ChunkResult:
     token_nll: np.ndarray  # (T,) float32
     reused: np.ndarray  # (B,) bool, target NLLs taken from an earlier run (eval.reuse)
     chosen: list  # (B,) the chosen Passage or None
+    # Every candidate's target NLLs, where the LM scored them all to choose (zero-shot, oracle): rows R,
+    # each a stride and a docid ("" = no document); what later runs reuse instead of a forward (eval.reuse).
+    cand_stride: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (R,)
+    cand_docid: list = field(default_factory=list)  # (R,) str
+    cand_n_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (R,)
+    cand_nll: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # (sum of cand_n_tokens,)
 
 
 def score_chunk(ids: torch.Tensor, item: ChunkInput, scorer: LMScorer, selector: Selector, docs: DocumentEncoder,
@@ -93,14 +99,12 @@ def score_chunk(ids: torch.Tensor, item: ChunkInput, scorer: LMScorer, selector:
     wins = torch.stack([ids[w.begin:w.end] for w in run])  # (B, W)
     cands = [list(c[:k]) for c in item.candidates] if selector.uses_documents else [[] for _ in run]
     batch = StrideBatch(prefix_texts=item.prefix_texts, candidates=cands, stride_ids=[w.index for w in run])
-    trg = run[0].trg_len
     if selector.needs_lm_scores:
         rank_extra = zero_shot_tokens if selector.lm_ranking == "prefix" else 0
-        picks, nlls = _choose_by_lm(wins, cands, batch, scorer, selector, docs, trg, rank_extra)
-    else:
-        picks = selector.select(batch) if selector.uses_documents else [-1] * len(run)
-        nlls = _target_nll(wins, cands, picks, run, scorer, docs, reuse)
-    return _chunk_result(run, cands, picks, nlls)
+        return _choose_by_lm(wins, cands, batch, scorer, selector, docs, run, rank_extra,
+                             reuse if selector.lm_ranking == "targets" else None)
+    picks = selector.select(batch) if selector.uses_documents else [-1] * len(run)
+    return _chunk_result(run, cands, picks, _target_nll(wins, cands, picks, run, scorer, docs, reuse))
 
 
 def _target_nll(wins: torch.Tensor, cands: list[list["Passage"]], picks: Sequence[int], run: list[Window],
@@ -121,30 +125,52 @@ def _target_nll(wins: torch.Tensor, cands: list[list["Passage"]], picks: Sequenc
 
 
 def _choose_by_lm(wins: torch.Tensor, cands: list[list["Passage"]], batch: StrideBatch, scorer: LMScorer,
-                  selector: Selector, docs: DocumentEncoder, trg: int, rank_extra: int):
+                  selector: Selector, docs: DocumentEncoder, run: list[Window], rank_extra: int,
+                  reuse: "ReusedScores | None") -> ChunkResult:
     """Zero-shot and oracle: every candidate of every stride in one LM pass, stride by stride (a stride
     without candidates gets one row without a document); the selector picks from the LM's sums over the
-    ranking tokens. Returns the picks and each stride's target NLL under its pick."""
+    ranking tokens. The oracle ranks on the targets alone, so a row an earlier run scored (``reuse``, e.g.
+    the zero-shot run's table) needs no forward. Every row's target NLLs go into the result."""
+    trg = run[0].trg_len
     n_score = trg + rank_extra
     if n_score >= wins.shape[1]:
         from ralm.settings import SettingsError
 
         raise SettingsError(f"a window of {wins.shape[1]} tokens is too short to rank on {rank_extra} tokens "
                             f"before {trg} targets; lower --windows.zero_shot_tokens or raise --windows.max_length")
-    owner, row_doc, first_row = [], [], []
+    owner, row_passage, first_row = [], [], []
     for b, c in enumerate(cands):
         first_row.append(len(owner))
-        for d in (docs([p.document() for p in c]) if c else [None]):
+        for p in (c or [None]):
             owner.append(b)
-            row_doc.append(d)
-    rows = wins[owner]  # (R, W)
-    nll = scorer.nll(condition_on_documents(rows, row_doc), rows, n_score)  # (R, n_score)
+            row_passage.append(p)
+    row_docid = [p.docid if p is not None else "" for p in row_passage]
+    got = [reuse.get(run[b].index, d, trg) if reuse else None for b, d in zip(owner, row_docid)]
+    todo = [r for r, g in enumerate(got) if g is None]
+    nll = torch.empty(len(owner), n_score)  # (R, n_score)
+    for r, g in enumerate(got):
+        if g is not None:
+            nll[r] = g
+    if todo:
+        encoded = iter(docs([row_passage[r].document() for r in todo if row_passage[r] is not None]))
+        rows = wins[[owner[r] for r in todo]]
+        row_doc = [next(encoded) if row_passage[r] is not None else None for r in todo]
+        nll[todo] = scorer.nll(condition_on_documents(rows, row_doc), rows, n_score)
     rank_sum = (nll[:, :rank_extra] if selector.lm_ranking == "prefix" else nll[:, rank_extra:]).sum(1)
     table = torch.full((len(cands), max(1, max(len(c) for c in cands))), float("inf"))  # (B, k_max)
     for b, c in enumerate(cands):
         table[b, :len(c)] = rank_sum[first_row[b]:first_row[b] + len(c)]
     picks = selector.select(batch, table)
-    return picks, [(nll[first_row[b] + max(p, 0), rank_extra:], False) for b, p in enumerate(picks)]
+    was_reused = [any(got[r] is not None for r in range(first_row[b], first_row[b] + max(1, len(c))))
+                  for b, c in enumerate(cands)]
+    scored = [(nll[first_row[b] + max(p, 0), rank_extra:], was_reused[b]) for b, p in enumerate(picks)]
+    res = _chunk_result(run, cands, picks, scored)
+    targets = nll[:, rank_extra:]
+    res.cand_stride = np.array([run[b].index for b in owner], dtype=np.int64)
+    res.cand_docid = row_docid
+    res.cand_n_tokens = np.full(len(owner), targets.shape[1], dtype=np.int64)
+    res.cand_nll = targets.numpy().astype(np.float32).reshape(-1)
+    return res
 
 
 def _chunk_result(run: list[Window], cands: list[list["Passage"]], picks: Sequence[int],
@@ -178,6 +204,10 @@ class LoopResult:
     token_stride: np.ndarray  # (n_scored,) int stride of each token
     reused: np.ndarray  # (S,) bool, target NLLs taken from an earlier run (eval.reuse)
     extras: dict = field(default_factory=dict)
+    cand_stride: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # as in ChunkResult
+    cand_docid: list = field(default_factory=list)
+    cand_n_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cand_nll: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
 
     @property
     def chosen_docid(self) -> list[str]:
@@ -210,7 +240,10 @@ def assemble(ids: Sequence[int], windows: Sequence[Window], results: Sequence[Ch
         stride_n_tokens=n, chosen_rank=np.concatenate([r.chosen_rank for r in results]),
         chosen=[p for r in results for p in r.chosen], n_candidates=np.concatenate([r.n_candidates for r in results]),
         token_nll=np.concatenate([r.token_nll for r in results]), token_ids=token_ids,
-        token_stride=np.repeat(si, n), reused=np.concatenate([r.reused for r in results]))
+        token_stride=np.repeat(si, n), reused=np.concatenate([r.reused for r in results]),
+        cand_stride=np.concatenate([r.cand_stride for r in results]), cand_docid=[d for r in results for d in r.cand_docid],
+        cand_n_tokens=np.concatenate([r.cand_n_tokens for r in results]),
+        cand_nll=np.concatenate([r.cand_nll for r in results]))
 
 
 def prefix_texts(tokenizer, wins: torch.Tensor, trg: int, selector: Selector) -> list[str]:

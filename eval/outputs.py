@@ -2,8 +2,10 @@
 
 ``OUT/`` holds ``strides.parquet`` (per stride: NLL, tokens, the article it scores, the chosen passage's
 rank, id, title and text, whether its NLLs were reused from an earlier run), ``tokens.npz`` (per-token
-NLL, token id, stride), ``plot.png`` (NLL along the text, chosen-rank histogram), ``results.md`` and,
-written last, ``results.json``: the perplexities, the run's identity and the sha256 of every other file.
+NLL, token id, stride), ``plot.png`` (NLL along the text, chosen-rank histogram), ``results.md``,
+``candidates.npz`` where the LM scored every candidate to choose (zero-shot, oracle: each candidate's
+target NLLs, which later runs reuse, :mod:`eval.reuse`) and, written last, ``results.json``: the
+perplexities, the run's identity and the sha256 of every other file.
 A run is complete exactly when ``results.json`` exists and the hashes match (:func:`read_complete`); every
 file is written to a temporary name and renamed, so a kill or a full disk leaves the previous state, never
 a truncated file under a final name.
@@ -20,6 +22,7 @@ from ralm.files import atomic_write, file_sha256
 
 RESULTS = "results.json"
 FILES = ("strides.parquet", "tokens.npz", "plot.png", "results.md")
+CANDIDATES = "candidates.npz"
 
 
 
@@ -114,6 +117,15 @@ def write_outputs(out_dir: Path, res, *, reranker: str, n_words: int, identity: 
     atomic_write(out_dir / "tokens.npz", tokens)
     atomic_write(out_dir / "plot.png", lambda t: plot(t, res, f"{reranker}: word ppl {ppl_strides:.3f}"))
     atomic_write(out_dir / "results.md", lambda t: Path(t).write_text(markdown_table(results)))
-    results["files"] = {name: file_sha256(out_dir / name) for name in FILES}
+    files = FILES
+    if len(res.cand_docid):
+        def candidates(t):
+            with open(t, "wb") as f:
+                np.savez_compressed(f, stride=res.cand_stride, n_tokens=res.cand_n_tokens, nll=res.cand_nll,
+                                    docid=np.frombuffer(json.dumps(res.cand_docid).encode(), dtype=np.uint8))
+
+        atomic_write(out_dir / CANDIDATES, candidates)
+        files += (CANDIDATES,)
+    results["files"] = {name: file_sha256(out_dir / name) for name in files}
     atomic_write(out_dir / RESULTS, lambda t: Path(t).write_text(json.dumps(results, indent=2) + "\n"))
     return results

@@ -197,8 +197,9 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         keep_work: Keep OUTPUT_DIR/work (per-chunk results) after the run is complete.
         reuse_from: A finished run (or a list, ``'[DIR1,DIR2]'``) on the same text, LM, windows, precision
             and candidates, e.g. the bm25 run: a stride whose chosen passage is the one such a run chose
-            takes that run's target NLLs instead of an LM forward (the same LM input; eval/reuse.py). Not
-            for zero-shot and oracle.
+            takes that run's target NLLs instead of an LM forward (the same LM input; eval/reuse.py). A
+            zero-shot or oracle run lends every candidate's (so an oracle reusing a zero-shot run, or any
+            reranker reusing either, forwards almost nothing). Not for zero-shot itself.
         verbose: Show library and Java logging.
         progress: Show progress (a bar on a terminal, periodic lines otherwise).
     """
@@ -210,9 +211,9 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         raise SettingsError(f"--chunk_strides must be >= 1 (got {chunk_strides})")
     trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
     uses_docs = _check_reranker(reranker, ranker)
-    if reuse_from and reranker in ("zero-shot", "oracle"):
-        raise SettingsError(f"--reuse_from: --reranker {reranker} scores every candidate with the LM to choose, "
-                            "so there is nothing to reuse; leave --reuse_from out")
+    if reuse_from and reranker == "zero-shot":
+        raise SettingsError("--reuse_from: --reranker zero-shot ranks on the LM's NLL of the s' tokens before the "
+                            "targets, which no run keeps, so there is nothing to reuse; leave --reuse_from out")
     if uses_docs and not (retrieval.index or retrieval_file):
         raise InputError(f"--reranker {reranker} needs candidates: pass --retrieval.index or --retrieval_file")
     if uses_docs and not retrieval_file:

@@ -36,7 +36,8 @@ from ralm.windows import stride_windows
 if TYPE_CHECKING:
     from eval.reuse import ReusedScores
 
-CHUNK_KEYS = ("stride_index", "stride_nll", "stride_n_tokens", "chosen_rank", "n_candidates", "token_nll", "reused")
+CHUNK_KEYS = ("stride_index", "stride_nll", "stride_n_tokens", "chosen_rank", "n_candidates", "token_nll", "reused",
+              "cand_stride", "cand_n_tokens", "cand_nll")
 
 
 def chunk_path(chunks_dir: Path, index: int) -> Path:
@@ -50,7 +51,8 @@ def save_chunk(path: Path, res: ChunkResult) -> None:
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:  # an open file: np.savez would append ".npz" to a bare name
             np.savez(f, **{k: getattr(res, k) for k in CHUNK_KEYS},
-                     chosen=np.frombuffer(json.dumps(chosen).encode(), dtype=np.uint8))
+                     chosen=np.frombuffer(json.dumps(chosen).encode(), dtype=np.uint8),
+                     cand_docid=np.frombuffer(json.dumps(res.cand_docid).encode(), dtype=np.uint8))
 
     atomic_write(path, write)
 
@@ -61,14 +63,17 @@ def load_chunk(path: Path) -> ChunkResult | None:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in CHUNK_KEYS}
             chosen = json.loads(z["chosen"].tobytes().decode())
+            cand_docid = json.loads(z["cand_docid"].tobytes().decode())
     except (OSError, ValueError, KeyError, EOFError):
         return None
     passages = [None if c is None else Passage(docid=c[0], title=c[1], text=c[2], score=c[3], contents=c[4])
                 for c in chosen]
     if not (len(passages) == len(arrays["stride_index"]) == len(arrays["stride_nll"])
-            and int(arrays["stride_n_tokens"].sum()) == len(arrays["token_nll"])):
+            and int(arrays["stride_n_tokens"].sum()) == len(arrays["token_nll"])
+            and len(cand_docid) == len(arrays["cand_stride"]) == len(arrays["cand_n_tokens"])
+            and int(arrays["cand_n_tokens"].sum()) == len(arrays["cand_nll"])):
         return None
-    return ChunkResult(**arrays, chosen=passages)
+    return ChunkResult(**arrays, chosen=passages, cand_docid=cand_docid)
 
 
 def world() -> tuple[int, int]:

@@ -4,12 +4,17 @@ A stride's LM input is its window with the chosen passage written over the windo
 on the same text, LM, windows, precision and candidates that choose the same passage for a stride feed
 the LM the same tokens. Rerankers with a BM25 prior agree with BM25 on most strides (65-73 % for the
 real-text bi_bm25 rerankers), so a reranker's evaluation can take those strides' target NLLs from the BM25 run and forward only the
-strides where it chose differently. The numbers are the earlier run's own; each stride records whether
-it was reused (``strides.parquet``'s ``reused``, ``results.json``'s ``strides_reused``).
+strides where it chose differently. A zero-shot or oracle run scored every candidate to choose and keeps
+each candidate's target NLLs (``candidates.npz``): reusing it, a bm25, cosine or predictive run forwards no
+stride that has a candidate, and an oracle run forwards nothing at all (it ranks on those same target NLLs; a
+zero-shot run cannot reuse, as it ranks on the s' tokens before the targets, which no run keeps). The numbers
+are the earlier run's own; each stride records whether it was reused (``strides.parquet``'s ``reused``,
+``results.json``'s ``strides_reused``), and a run that reused has no cost figure.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
@@ -33,7 +38,7 @@ class ReusedScores:
         """The finished ``eval.ppl`` runs in ``dirs``, each checked against this run's ``identity``."""
         import pyarrow.parquet as pq
 
-        from eval.outputs import read_complete
+        from eval.outputs import CANDIDATES, read_complete
 
         scores: dict[tuple[int, str], np.ndarray] = {}
         for d in map(Path, dirs):
@@ -48,6 +53,13 @@ class ReusedScores:
             bounds = np.searchsorted(owner, np.arange(len(strides["stride"]) + 1))
             for s, docid in zip(strides["stride"], strides["chosen_docid"]):
                 scores.setdefault((int(s), docid), nll[bounds[s]:bounds[s + 1]])
+            if CANDIDATES in done.get("files", {}):  # every candidate's target NLLs (zero-shot, oracle)
+                with np.load(d / CANDIDATES, allow_pickle=False) as z:
+                    stride, n_tokens, nll = z["stride"], z["n_tokens"], z["nll"]
+                    docids = json.loads(z["docid"].tobytes().decode())
+                ends = np.cumsum(n_tokens)
+                for s, docid, end, n in zip(stride, docids, ends, n_tokens):
+                    scores.setdefault((int(s), docid), nll[end - n:end])
         return cls(scores)
 
     def get(self, stride: int, docid: str, n_targets: int) -> torch.Tensor | None:

@@ -126,6 +126,50 @@ def test_reusing_an_earlier_runs_scores_gives_that_runs_numbers(tmp_path, tiny_g
     assert "differs from this one in windows" in capsys.readouterr().err
 
 
+def test_an_lm_choosing_run_lends_every_candidates_scores(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text, capsys):
+    """Zero-shot and oracle keep every candidate's target NLLs (candidates.npz): an oracle reusing the
+    zero-shot run, and a random reranker reusing the oracle run, forward no stride after the first and equal
+    runs that scored every stride."""
+    import pyarrow.parquet as pq
+
+    common = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL,
+              "--retrieval.index", str(bm25_corpus["index"])]
+    _, zs = run(tmp_path, "zero-shot", *common, "--reranker", "zero-shot")
+    full, full_dir = run(tmp_path, "oracle", *common, "--reranker", "oracle")
+    lent, lent_dir = run(tmp_path, "oracle-reusing", *common, "--reranker", "oracle", "--reuse_from", str(zs),
+                         "--chunk_strides", "5")
+    rand, rand_dir = run(tmp_path, "random", *common, "--reranker", "random", "--seed", "3")
+    rand_lent, rand_lent_dir = run(tmp_path, "random-reusing", *common, "--reranker", "random", "--seed", "3",
+                                   "--reuse_from", str(lent_dir))
+    table = {d.name: pq.read_table(d / "strides.parquet").to_pydict()
+             for d in (full_dir, lent_dir, rand_dir, rand_lent_dir)}
+    n = full["n_strides"]
+    for a, b, res in (("oracle", "oracle-reusing", lent), ("random", "random-reusing", rand_lent)):
+        assert table[b]["reused"] == [i > 0 for i in range(n)] and res["strides_reused"] == n - 1
+        assert table[b]["chosen_docid"] == table[a]["chosen_docid"]
+        assert table[b]["nll"] == pytest.approx(table[a]["nll"], rel=1e-5)
+        assert res["seconds_per_1000_strides"] is None
+    assert lent["ppl_word"] == pytest.approx(full["ppl_word"], rel=1e-5)
+    assert rand_lent["ppl_word"] == pytest.approx(rand["ppl_word"], rel=1e-5)
+    assert len({*table["random"]["chosen_docid"]} - {*table["oracle"]["chosen_docid"]}) > 0  # not the same picks
+    # The table itself: per stride, its candidates in BM25 rank order, the oracle's pick the first minimum.
+    z = np.load(full_dir / "candidates.npz", allow_pickle=False)
+    docids = json.loads(z["docid"].tobytes().decode())
+    sums = np.add.reduceat(z["nll"].astype(np.float64), np.r_[0, np.cumsum(z["n_tokens"])[:-1]])
+    for s in range(1, n):
+        rows = np.flatnonzero(z["stride"] == s)
+        assert len(rows) == max(1, table["oracle"]["n_candidates"][s])
+        pick = table["oracle"]["chosen_rank"][s]
+        assert docids[rows[max(pick, 0)]] == table["oracle"]["chosen_docid"][s]
+        assert pick == (int(np.argmin(sums[rows])) if table["oracle"]["n_candidates"][s] else -1)
+        assert sums[rows[max(pick, 0)]] == pytest.approx(table["oracle"]["nll"][s], rel=1e-6)
+    assert not (rand_dir / "candidates.npz").exists()
+    capsys.readouterr()
+    assert main([*common, "--reranker", "zero-shot", "--reuse_from", str(full_dir), "--output_dir",
+                 str(tmp_path / "bad")]) == 2
+    assert "nothing to reuse" in capsys.readouterr().err
+
+
 def test_zero_shot_with_a_separate_lm_of_another_vocabulary(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
     other = tmp_path / "other_lm"
     tok = train_tokenizer([bm25_corpus["text"][:20000]], other, vocab_size=300)
