@@ -47,19 +47,19 @@ class ReusedScores:
                 raise InputError(f"--reuse_from {d}: not a finished eval.ppl run (no results.json, or its files "
                                  "do not match their hashes); finish it first or leave it out")
             _check_same_inputs(d, done["identity"], identity)
+            if CANDIDATES in done.get("files", {}):  # every candidate's target NLLs (zero-shot, oracle), the
+                with np.load(d / CANDIDATES, allow_pickle=False) as z:  # chosen ones among them
+                    stride, n_tokens, nll = z["stride"], z["n_tokens"], z["nll"]
+                    docids = json.loads(z["docid"].tobytes().decode())
+                for s, docid, end, n in zip(stride, docids, np.cumsum(n_tokens), n_tokens):
+                    scores.setdefault((int(s), docid), nll[end - n:end])
+                continue
             strides = pq.read_table(d / "strides.parquet", columns=["stride", "chosen_docid"]).to_pydict()
             with np.load(d / "tokens.npz", allow_pickle=False) as z:
                 nll, owner = z["nll"], z["stride"]
             bounds = np.searchsorted(owner, np.arange(len(strides["stride"]) + 1))
             for s, docid in zip(strides["stride"], strides["chosen_docid"]):
                 scores.setdefault((int(s), docid), nll[bounds[s]:bounds[s + 1]])
-            if CANDIDATES in done.get("files", {}):  # every candidate's target NLLs (zero-shot, oracle)
-                with np.load(d / CANDIDATES, allow_pickle=False) as z:
-                    stride, n_tokens, nll = z["stride"], z["n_tokens"], z["nll"]
-                    docids = json.loads(z["docid"].tobytes().decode())
-                ends = np.cumsum(n_tokens)
-                for s, docid, end, n in zip(stride, docids, ends, n_tokens):
-                    scores.setdefault((int(s), docid), nll[end - n:end])
         return cls(scores)
 
     def get(self, stride: int, docid: str, n_targets: int) -> torch.Tensor | None:
