@@ -6,9 +6,7 @@ Two architectures score f(x, d) for a prefix x and a passage d:
 * :class:`BiEncoder` (``bi``): prefix and passage are embedded separately (mean-pooled, L2-normalised)
   and f = cosine / τ. Before any training it *is* the cosine ranking of a sentence encoder such as
   all-MiniLM-L6-v2 (``eval.ppl --reranker cosine``), so that row is exactly its ablation. With
-  ``frozen_passages`` only its prefix tower trains; passages keep the starting encoder's embeddings. With
-  ``train_top_layers`` both towers train, but only the encoder's top layers: the frozen part's output for
-  each passage is computed once and cached, so a step pays the passages' top layers alone.
+  ``frozen_passages`` only its prefix tower trains; passages keep the starting encoder's embeddings.
 """
 
 from __future__ import annotations
@@ -116,13 +114,6 @@ class BiEncoder(nn.Module):
             training step costs the prefixes' forward and backward alone. Untrained, it equals the shared
             model. The copy is part of the weights (exports and checkpoints carry both encoders).
         attention_dropout: replaces the encoder's dropout on attention probabilities (``None``: keep it).
-        train_top_layers: a training-only setting: only the encoder's top N transformer layers train (both
-            towers, shared as ever); its embeddings and lower layers are frozen and run without dropout, so
-            each distinct passage's output of that frozen part is computed once per process and cached, and
-            a step costs the passages' top N layers (forward and backward) instead of all of them. The model
-            and its scores are unchanged (an export is a plain bi-encoder); ``None``: every layer trains. The
-            cache holds T x H values per distinct passage (~13,000 passages of <= 128 tokens: ~1-2.5 GB), so
-            it suits training sets of thousands of distinct passages, not millions.
     """
 
     architecture = "bi"
@@ -131,28 +122,11 @@ class BiEncoder(nn.Module):
 
     def __init__(self, encoder: str = "sentence-transformers/all-MiniLM-L6-v2", pretrained: bool = True,
                  config=None, temperature: float = 0.05, passage_grad: bool = True,
-                 attention_dropout: float | None = None, frozen_passages: bool = False,
-                 train_top_layers: int | None = None):
+                 attention_dropout: float | None = None, frozen_passages: bool = False):
         super().__init__()
         if not temperature > 0:
             raise ValueError(f"BiEncoder: temperature={temperature} must be > 0 (--model.cosine_temperature)")
         self.encoder = _encoder(encoder, pretrained, config, attention_dropout)
-        self.train_top_layers = None
-        self._bottom_cache: dict[bytes, torch.Tensor] = {}  # a passage's real token ids -> frozen part's output
-        if train_top_layers is not None:
-            layers = getattr(getattr(self.encoder, "encoder", None), "layer", None)
-            if layers is None or not hasattr(self.encoder, "embeddings"):
-                raise ValueError(f"train_top_layers: {type(self.encoder).__name__} has no embeddings + encoder.layer "
-                                 "stack to split (a BERT-family encoder has); leave it unset (null)")
-            if not 1 <= train_top_layers <= len(layers):
-                raise ValueError(f"train_top_layers={train_top_layers} must be in [1, {len(layers)}], the encoder's "
-                                 "layers (--model.train_top_layers; null trains them all)")
-            if frozen_passages or not passage_grad:
-                raise ValueError("train_top_layers trains both towers' top layers; it does not combine with "
-                                 "frozen_passages=true or passage_grad=false")
-            self.train_top_layers = int(train_top_layers)
-            self._frozen_part().requires_grad_(False).eval()  # as trained, ever (Lightning keeps modes as built)
-            self.register_load_state_dict_post_hook(lambda module, keys: module._bottom_cache.clear())
         self.temperature = float(temperature)
         self.passage_grad = bool(passage_grad)
         self.passage_encoder = None
@@ -172,62 +146,7 @@ class BiEncoder(nn.Module):
         super().train(mode)
         if self.passage_encoder is not None:
             self.passage_encoder.eval()  # frozen: no dropout, ever
-        if self.train_top_layers is not None:
-            self._frozen_part().eval()
         return self
-
-    def _frozen_part(self) -> nn.ModuleList:
-        """``train_top_layers``: the encoder's embeddings and the layers below its top N, in order."""
-        layers = self.encoder.encoder.layer
-        return nn.ModuleList([self.encoder.embeddings, *layers[: len(layers) - self.train_top_layers]])
-
-    def _run_frozen_part(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Hidden states ``[N, T, H]`` after the frozen part (no gradient; it is in eval mode)."""
-        from transformers.masking_utils import create_bidirectional_mask
-
-        embeddings, *layers = self._frozen_part()
-        with torch.no_grad():
-            h = embeddings(input_ids=input_ids)
-            mask = create_bidirectional_mask(config=self.encoder.config, inputs_embeds=h, attention_mask=attention_mask)
-            for layer in layers:
-                h = layer(h, mask)
-        return h
-
-    def _cached_frozen_part(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """:meth:`_run_frozen_part` for passages, each computed once per process (keyed by its real token ids,
-        the passages not yet cached run together); the real tokens' states, re-padded with zeros (padding is
-        masked out of every later layer and of the pooling)."""
-        ids_cpu, mask_cpu = input_ids.cpu(), attention_mask.cpu().bool()
-        if not bool((mask_cpu.cummin(1).values == mask_cpu).all()):
-            raise ValueError("train_top_layers caches passages padded on the right; this batch is padded on the left")
-        keys = [ids[m].numpy().tobytes() for ids, m in zip(ids_cpu, mask_cpu)]
-        first: dict[bytes, int] = {}
-        for i, k in enumerate(keys):
-            if k not in self._bottom_cache:
-                first.setdefault(k, i)
-        new = list(first.values())
-        if new:
-            rows = torch.tensor(new, device=input_ids.device)
-            ids, m = input_ids[rows], attention_mask[rows]
-            real = m.bool().any(0)
-            h = self._run_frozen_part(ids[:, real], m[:, real])
-            for i, hi, mi in zip(new, h, m[:, real].bool()):
-                self._bottom_cache[keys[i]] = hi[mi].clone()
-        return nn.utils.rnn.pad_sequence([self._bottom_cache[k] for k in keys], batch_first=True)
-
-    def _embed_top(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, passages: bool) -> torch.Tensor:
-        """``train_top_layers``: the last hidden states, the frozen part cached for passages, then the top N."""
-        from transformers.masking_utils import create_bidirectional_mask
-
-        if passages:
-            h = self._cached_frozen_part(input_ids, attention_mask).to(input_ids.device)
-            attention_mask = attention_mask[:, : h.shape[1]]  # columns that are padding in every row are gone
-        else:
-            h = self._run_frozen_part(input_ids, attention_mask)
-        mask = create_bidirectional_mask(config=self.encoder.config, inputs_embeds=h, attention_mask=attention_mask)
-        for layer in self.encoder.encoder.layer[-self.train_top_layers:]:
-            h = layer(h, mask)
-        return h
 
     @property
     def config(self):
@@ -235,14 +154,9 @@ class BiEncoder(nn.Module):
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, passages: bool = False) -> torch.Tensor:
         """``FloatTensor[N, H]``: L2-normalised mean of the last hidden states over real tokens; ``passages``:
-        by the passage tower (the frozen copy where there is one, else the shared encoder, whose frozen lower
-        layers' output is cached per passage under ``train_top_layers``)."""
-        if self.train_top_layers is not None:
-            hidden = self._embed_top(input_ids, attention_mask, passages)
-            attention_mask = attention_mask[:, : hidden.shape[1]]
-        else:
-            encoder = self.passage_encoder if passages and self.passage_encoder is not None else self.encoder
-            hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        by the passage tower (the frozen copy where there is one, else the shared encoder)."""
+        encoder = self.passage_encoder if passages and self.passage_encoder is not None else self.encoder
+        hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         m = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
         return nn.functional.normalize(pooled.float(), dim=-1)
@@ -262,7 +176,7 @@ class BiEncoder(nn.Module):
         if self.passage_encoder is not None:
             d = self._frozen_embeddings(passage_input_ids, passage_attention_mask).to(q.device)
         elif self.passage_grad or not torch.is_grad_enabled():
-            d = self.embed(passage_input_ids, passage_attention_mask, passages=True)
+            d = self.embed(passage_input_ids, passage_attention_mask)
         else:  # a fixed target, as from a frozen document encoder: no gradient, no dropout
             mode = self.encoder.training
             self.encoder.eval()
@@ -297,17 +211,13 @@ class BiEncoder(nn.Module):
 
 def make_model(architecture: str, encoder: str | None = None, pretrained: bool = True, config=None,
                temperature: float | None = None, passage_grad: bool = True,
-               attention_dropout: float | None = None, frozen_passages: bool = False,
-               train_top_layers: int | None = None) -> nn.Module:
+               attention_dropout: float | None = None, frozen_passages: bool = False) -> nn.Module:
     """The reranker model an architecture name stands for (``cross`` or ``bi``); ``temperature``,
-    ``passage_grad``, ``frozen_passages`` and ``train_top_layers``: bi only."""
+    ``passage_grad`` and ``frozen_passages``: bi only."""
     if architecture == "bi":
         return BiEncoder(encoder, pretrained=pretrained, config=config, temperature=temperature,
                          passage_grad=passage_grad, attention_dropout=attention_dropout,
-                         frozen_passages=frozen_passages, train_top_layers=train_top_layers)
-    if train_top_layers is not None:
-        raise ValueError("train_top_layers is a bi-encoder setting (it caches each passage's frozen lower layers; a "
-                         "cross-encoder reads prefix and passage together): leave it unset, or --model.architecture bi")
+                         frozen_passages=frozen_passages)
     if frozen_passages:
         raise ValueError("frozen_passages=true is a bi-encoder setting: a cross-encoder reads prefix and passage "
                          "together (--model.frozen_passages false, or --model.architecture bi)")

@@ -66,9 +66,6 @@ class RerankerSystem(pl.LightningModule):
         frozen_passages: bi: passages embedded by a frozen copy of the starting encoder, each computed once and
             cached, so only the prefix tower trains and a step costs the prefixes alone
             (:class:`~reranking.model.BiEncoder`; REPLUG's query-side training).
-        train_top_layers: bi: only the encoder's top N layers train (both towers); the frozen embeddings and
-            lower layers run once per distinct passage and are cached, so a step pays the passages' top N
-            layers alone. Training-only: the export is a plain bi-encoder (``None``: every layer trains).
         attention_dropout: the encoder's dropout on attention probabilities (``None``: its config's, 0.1
             for MiniLM). On a CPU, drawing that mask is about a third of a training step (``bench/fit_step.py``).
         drop: strings the reranker never reads, in training and in every use of its export (e.g.
@@ -83,8 +80,7 @@ class RerankerSystem(pl.LightningModule):
                  total_steps: int | None = None, init_from: str | None = None, architecture: str = "cross",
                  max_passage_tokens: int = 256, cosine_temperature: float = 0.05, bm25_weight: float = 0.0,
                  passage_grad: bool = True, attention_dropout: float | None = None,
-                 drop: list[str] | None = None, frozen_passages: bool = False,
-                 train_top_layers: int | None = None):
+                 drop: list[str] | None = None, frozen_passages: bool = False):
         super().__init__()
         problems = []
         if loss not in LOSSES:
@@ -106,7 +102,7 @@ class RerankerSystem(pl.LightningModule):
         try:
             self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature,
                                     passage_grad=passage_grad, attention_dropout=attention_dropout,
-                                    frozen_passages=frozen_passages, train_top_layers=train_top_layers)
+                                    frozen_passages=frozen_passages)
         except ValueError as e:
             from ralm.settings import SettingsError
 

@@ -560,68 +560,6 @@ def test_frozen_passages_trains_the_prefix_tower_against_the_starting_encoders_p
                        frozen_passages=True)
 
 
-def test_train_top_layers_trains_the_top_layers_over_each_passages_cached_lower_ones(
-        tiny_bert_dir, rerank_data_dir, tmp_path):
-    """``train_top_layers``: untrained it scores as the plain model; only the top layers get a gradient, and it
-    is the plain model's for them; steps of both that move only those layers keep the two equal, so the cached
-    lower layers stay valid (each distinct passage run once); the export is a plain bi-encoder scoring the same."""
-    from ralm.settings import SettingsError
-    from reranking.data import RerankDataModule
-    from reranking.export import export, load_reranker
-    from reranking.system import RerankerSystem
-
-    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", max_prefix_tokens=16, max_passage_tokens=24,
-              bm25_weight=0.5)
-    torch.manual_seed(0)
-    plain = RerankerSystem(**kw)
-    top = RerankerSystem(**kw, train_top_layers=1)
-    top.model.load_state_dict(plain.model.state_dict())
-    top.model.train()
-    enc = top.model.encoder
-    assert not enc.embeddings.training and not enc.encoder.layer[0].training and enc.encoder.layer[1].training
-    trainable = {n for n, p in top.model.named_parameters() if p.requires_grad}
-    assert trainable and all(n.startswith("encoder.encoder.layer.1.") for n in trainable)
-    dm = RerankDataModule(str(rerank_data_dir), tokenizer=str(tiny_bert_dir), val_fraction=0.25, batch_size=4,
-                          num_workers=0, architecture="bi", max_prefix_tokens=16, max_passage_tokens=24)
-    dm.setup("fit")
-    batches = list(dm.train_dataloader())[:3]
-    for s in (plain, top):
-        s.model.eval()  # no dropout in the top layer either: the forwards compared below must be the same
-
-    def grads(system, batch):
-        system.model.zero_grad()
-        system.loss_fn(system.score_batch(batch), batch["lm_logprobs"], batch["mask"]).backward()
-        return {n: p.grad.clone() for n, p in system.model.named_parameters() if p.grad is not None}
-
-    opts = {id(s): torch.optim.SGD([p for n, p in s.model.named_parameters() if n in trainable], lr=0.5)
-            for s in (plain, top)}
-    for batch in batches:
-        with torch.no_grad():
-            torch.testing.assert_close(top.score_batch(batch), plain.score_batch(batch))
-        got, want = grads(top, batch), grads(plain, batch)
-        assert got.keys() == trainable and "encoder.encoder.layer.0.attention.self.query.weight" in want
-        for n in trainable:
-            torch.testing.assert_close(got[n], want[n], msg=n)
-        for s in (plain, top):
-            opts[id(s)].step()
-    distinct = {tuple(ids[m.bool()].tolist()) for b in batches
-                for ids, m in zip(b["passage_input_ids"], b["passage_attention_mask"])}
-    assert len(top.model._bottom_cache) == len(distinct)
-    with torch.no_grad():
-        trained = top.score_batch(batches[0])
-        torch.testing.assert_close(trained, plain.score_batch(batches[0]))
-        assert not torch.allclose(trained, RerankerSystem(**kw).score_batch(batches[0]))  # the steps moved it
-        model, _, fmt = load_reranker(export(top, tmp_path / "export"))
-        assert getattr(model, "train_top_layers", None) is None and fmt.architecture == "bi"
-        f = model(**{k: batches[0][k] for k in model.input_keys})
-        got = torch.full(batches[0]["mask"].shape, float("-inf")).masked_scatter(batches[0]["mask"], f)
-        torch.testing.assert_close(fmt.with_bm25(got, batches[0]["bm25"]), trained)
-    for bad, match in ((dict(train_top_layers=3), r"\[1, 2\]"), (dict(train_top_layers=1, frozen_passages=True),
-                       "frozen_passages"), (dict(train_top_layers=1, architecture="cross", max_length=48), "bi-encoder")):
-        with pytest.raises(SettingsError, match=match):
-            RerankerSystem(**{**kw, **bad})
-
-
 def test_attention_dropout_replaces_the_encoders_own(tiny_bert_dir):
     """``attention_dropout`` reaches the config and every self-attention module (the one dropout whose
     mask is drawn over [heads, T, T]); the encoder's other dropout and its pretrained weights are kept."""
