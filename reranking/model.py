@@ -15,22 +15,27 @@ import torch
 from torch import nn
 
 
-def _encoder(encoder: str, pretrained: bool, config, attention_dropout: float | None = None):
+def _encoder(encoder: str, pretrained: bool, config, attention_dropout: float | None = None,
+             hidden_dropout: float | None = None):
     """An ``AutoModel`` in train mode without its pooler (unused parameters break DDP); ``attention_dropout``
-    replaces the config's dropout on attention probabilities (``None``: the encoder's own)."""
+    and ``hidden_dropout`` replace the config's dropout on attention probabilities and on hidden states
+    (``None``: the encoder's own)."""
     from transformers import AutoModel
 
     from ralm.models import load_config, resolve
 
     given = config is not None
     config = config if given else load_config(encoder)
-    if attention_dropout is not None:
-        if not 0 <= attention_dropout < 1:
-            raise ValueError(f"attention_dropout={attention_dropout} must be in [0, 1) (--model.attention_dropout)")
-        if not hasattr(config, "attention_probs_dropout_prob"):
-            raise ValueError(f"--model.attention_dropout: {type(config).__name__} has no attention_probs_dropout_prob "
+    for value, attr, flag in ((attention_dropout, "attention_probs_dropout_prob", "attention_dropout"),
+                              (hidden_dropout, "hidden_dropout_prob", "hidden_dropout")):
+        if value is None:
+            continue
+        if not 0 <= value < 1:
+            raise ValueError(f"{flag}={value} must be in [0, 1) (--model.{flag})")
+        if not hasattr(config, attr):
+            raise ValueError(f"--model.{flag}: {type(config).__name__} has no {attr} "
                              "to replace; leave it unset (null) for this encoder")
-        config.attention_probs_dropout_prob = float(attention_dropout)
+        setattr(config, attr, float(value))
     if pretrained and not given:
         r = resolve(encoder)
         model = AutoModel.from_pretrained(r.path, config=config, **r.kwargs())
@@ -61,9 +66,9 @@ class CrossEncoder(nn.Module):
     input_keys = ("input_ids", "attention_mask", "token_type_ids")
 
     def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, config=None,
-                 attention_dropout: float | None = None):
+                 attention_dropout: float | None = None, hidden_dropout: float | None = None):
         super().__init__()
-        self.encoder = _encoder(encoder, pretrained, config, attention_dropout)
+        self.encoder = _encoder(encoder, pretrained, config, attention_dropout, hidden_dropout)
         self.head = nn.Linear(self.encoder.config.hidden_size, 1)
         nn.init.normal_(self.head.weight, std=0.02)
         nn.init.zeros_(self.head.bias)
@@ -114,6 +119,7 @@ class BiEncoder(nn.Module):
             training step costs the prefixes' forward and backward alone. Untrained, it equals the shared
             model. The copy is part of the weights (exports and checkpoints carry both encoders).
         attention_dropout: replaces the encoder's dropout on attention probabilities (``None``: keep it).
+        hidden_dropout: replaces the encoder's dropout on hidden states (``None``: keep it).
     """
 
     architecture = "bi"
@@ -122,11 +128,12 @@ class BiEncoder(nn.Module):
 
     def __init__(self, encoder: str = "sentence-transformers/all-MiniLM-L6-v2", pretrained: bool = True,
                  config=None, temperature: float = 0.05, passage_grad: bool = True,
-                 attention_dropout: float | None = None, frozen_passages: bool = False):
+                 attention_dropout: float | None = None, frozen_passages: bool = False,
+                 hidden_dropout: float | None = None):
         super().__init__()
         if not temperature > 0:
             raise ValueError(f"BiEncoder: temperature={temperature} must be > 0 (--model.cosine_temperature)")
-        self.encoder = _encoder(encoder, pretrained, config, attention_dropout)
+        self.encoder = _encoder(encoder, pretrained, config, attention_dropout, hidden_dropout)
         self.temperature = float(temperature)
         self.passage_grad = bool(passage_grad)
         self.passage_encoder = None
@@ -211,12 +218,13 @@ class BiEncoder(nn.Module):
 
 def make_model(architecture: str, encoder: str | None = None, pretrained: bool = True, config=None,
                temperature: float | None = None, passage_grad: bool = True,
-               attention_dropout: float | None = None, frozen_passages: bool = False) -> nn.Module:
+               attention_dropout: float | None = None, frozen_passages: bool = False,
+               hidden_dropout: float | None = None) -> nn.Module:
     """The reranker model an architecture name stands for (``cross`` or ``bi``); ``temperature``,
     ``passage_grad`` and ``frozen_passages``: bi only."""
     if architecture == "bi":
         return BiEncoder(encoder, pretrained=pretrained, config=config, temperature=temperature,
-                         passage_grad=passage_grad, attention_dropout=attention_dropout,
+                         passage_grad=passage_grad, attention_dropout=attention_dropout, hidden_dropout=hidden_dropout,
                          frozen_passages=frozen_passages)
     if frozen_passages:
         raise ValueError("frozen_passages=true is a bi-encoder setting: a cross-encoder reads prefix and passage "
@@ -224,4 +232,5 @@ def make_model(architecture: str, encoder: str | None = None, pretrained: bool =
     if not passage_grad:
         raise ValueError("passage_grad=false is a bi-encoder setting: a cross-encoder reads prefix and passage "
                          "together (--model.passage_grad true, or --model.architecture bi)")
-    return CrossEncoder(encoder, pretrained=pretrained, config=config, attention_dropout=attention_dropout)
+    return CrossEncoder(encoder, pretrained=pretrained, config=config, attention_dropout=attention_dropout,
+                        hidden_dropout=hidden_dropout)

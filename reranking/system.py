@@ -68,6 +68,8 @@ class RerankerSystem(pl.LightningModule):
             (:class:`~reranking.model.BiEncoder`; REPLUG's query-side training).
         attention_dropout: the encoder's dropout on attention probabilities (``None``: its config's, 0.1
             for MiniLM). On a CPU, drawing that mask is about a third of a training step (``bench/fit_step.py``).
+        hidden_dropout: the encoder's dropout on hidden states (``None``: its config's, 0.1 for MiniLM), drawn
+            twice a layer over every token; on a CPU about a sixth of a step once attention dropout is off.
         drop: strings the reranker never reads, in training and in every use of its export (e.g.
             ``["<unk>"]`` for WikiText-2 train; :attr:`reranking.inputs.InputFormat.drop`).
         init_from: a reranker export (encoder *and* head, e.g. one pretrained on other data) whose
@@ -80,7 +82,8 @@ class RerankerSystem(pl.LightningModule):
                  total_steps: int | None = None, init_from: str | None = None, architecture: str = "cross",
                  max_passage_tokens: int = 256, cosine_temperature: float = 0.05, bm25_weight: float = 0.0,
                  passage_grad: bool = True, attention_dropout: float | None = None,
-                 drop: list[str] | None = None, frozen_passages: bool = False):
+                 drop: list[str] | None = None, frozen_passages: bool = False,
+                 hidden_dropout: float | None = None):
         super().__init__()
         problems = []
         if loss not in LOSSES:
@@ -102,7 +105,7 @@ class RerankerSystem(pl.LightningModule):
         try:
             self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature,
                                     passage_grad=passage_grad, attention_dropout=attention_dropout,
-                                    frozen_passages=frozen_passages)
+                                    frozen_passages=frozen_passages, hidden_dropout=hidden_dropout)
         except ValueError as e:
             from ralm.settings import SettingsError
 

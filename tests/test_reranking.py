@@ -579,6 +579,39 @@ def test_attention_dropout_replaces_the_encoders_own(tiny_bert_dir):
 
 
 @pytest.mark.parametrize("architecture", ["bi", "cross"])
+def test_hidden_dropout_replaces_the_encoders_own(tiny_bert_dir, architecture):
+    """``hidden_dropout`` reaches the config and every dropout on hidden states, leaving attention's own and
+    the weights; with both at 0 a training-mode forward equals an eval-mode one (no mask drawn anywhere)."""
+    from ralm.settings import SettingsError
+    from reranking.system import RerankerSystem
+
+    kw = dict(encoder=str(tiny_bert_dir), architecture=architecture, max_length=48, max_prefix_tokens=16,
+              max_passage_tokens=24)
+    own = (torch.manual_seed(0), RerankerSystem(**kw))[1]  # the seed: the cross-encoder's head is drawn
+    none = (torch.manual_seed(0), RerankerSystem(**kw, hidden_dropout=0.0))[1]
+    assert own.model.config.hidden_dropout_prob > 0 and none.model.config.hidden_dropout_prob == 0
+    assert none.model.config.attention_probs_dropout_prob == own.model.config.attention_probs_dropout_prob > 0
+    hidden = [m.p for n, m in none.model.named_modules()
+              if isinstance(m, torch.nn.Dropout) and not n.endswith("attention.self.dropout")]
+    assert hidden and all(p == 0 for p in hidden)
+    for (n, a), b in zip(own.model.state_dict().items(), none.model.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=n)
+    off = RerankerSystem(**kw, hidden_dropout=0.0, attention_dropout=0.0)
+    off.model.load_state_dict(own.model.state_dict())
+    ids = torch.randint(5, 100, (3, 12))
+    mask = torch.ones_like(ids)
+    encoder = off.model.encoder
+    encoder.train()
+    trained = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+    encoder.eval()
+    torch.testing.assert_close(trained, encoder(input_ids=ids, attention_mask=mask).last_hidden_state)
+    own.model.encoder.train()
+    assert not torch.allclose(own.model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state, trained)
+    with pytest.raises(SettingsError, match="--model.hidden_dropout"):
+        RerankerSystem(**kw, hidden_dropout=-0.1)
+
+
+@pytest.mark.parametrize("architecture", ["bi", "cross"])
 def test_dropped_strings_are_unread_alike_in_training_and_evaluation(tiny_bert_dir, tmp_path, architecture):
     """``drop`` (WikiText-2 train's ``<unk>``): the collator's batch and the exported selector's scores equal
     those of the same model without ``drop`` reading the texts with the strings removed by hand, and the
