@@ -1,8 +1,9 @@
-"""What a reranker training step costs, and what five settings save: ``--model.attention_dropout 0``,
+"""What a reranker training step costs, and what six settings save: ``--model.attention_dropout 0``,
 ``--model.passage_grad false``, ``--model.frozen_passages true`` (timed with its cache of passage
 embeddings already filled, as after the first pass over a training set), shorter passages
-(``--model.max_passage_tokens 64``) and fewer candidates (``--data.max_candidates 4``; the last two with
-attention dropout 0, as ``configs/demo/fit.yaml`` has them).
+(``--model.max_passage_tokens 64``), fewer candidates (``--data.max_candidates 4``; the last two with
+attention dropout 0) and ``--model.hidden_dropout 0`` with 48-token passages (as ``configs/demo/fit.yaml``
+has them).
 
     python bench/fit_step.py [--repeats 4] [--data data/real/smollm2-wt2] [--precision auto]
 
@@ -77,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         "passage_grad false": ({"passage_grad": False}, 8),
         "frozen_passages true (cache filled)": ({"frozen_passages": True}, 8),
         "attention_dropout 0, passages 64 tokens": ({**no_attn_dropout, "max_passage_tokens": 64}, 8),
-        "attention_dropout 0, passages 64 tokens, 4 candidates (the demo's)":
-            ({**no_attn_dropout, "max_passage_tokens": 64}, 4)}
+        "attention_dropout 0, passages 64 tokens, 4 candidates (the demo's until 7d203b7)":
+            ({**no_attn_dropout, "max_passage_tokens": 64}, 4),
+        "attention and hidden dropout 0, passages 48 tokens, 4 candidates (the demo's)":
+            ({**no_attn_dropout, "hidden_dropout": 0.0, "max_passage_tokens": 48}, 4)}
     systems = {name: RerankerSystem(**{**settings, **kw}) for name, (kw, _) in variants.items()}
     first = next(iter(systems.values()))
     for s in systems.values():
