@@ -7,9 +7,9 @@ the same training data and the same 100 fine-tuning steps of the generic pretrai
 ``scripts/setup.sh``; the test skips without it), evaluated on the 8 evaluation articles. Training
 cannot be cut to fewer steps: at 40 steps on 1,000 examples the reranker was still behind BM25 on its
 validation split (measured), and 50-step schedules captured 0 % (lr 5e-5) and 12 % (lr 1e-4) of the
-BM25-to-oracle gap on the validation split against 32 % for the shipped 100 steps (measured); its steps
-were made cheaper instead (passages of 64 tokens, 4 candidates: ~9 min in float32 on a 2-core AVX2-only
-CPU, measured with the demo), and it is still the suite's slowest test.
+BM25-to-oracle gap on the validation split against 32 % for 100 steps (measured); its steps were made
+cheaper instead (4 candidates of 48 tokens, no dropout; the README's table of levers), and it is still the
+suite's slowest test (576 s in float32 on a 2-core AVX2-only CPU, measured).
 """
 
 from __future__ import annotations
