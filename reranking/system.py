@@ -69,7 +69,8 @@ class RerankerSystem(pl.LightningModule):
         attention_dropout: the encoder's dropout on attention probabilities (``None``: its config's, 0.1
             for MiniLM). On a CPU, drawing that mask is about a third of a training step (``bench/fit_step.py``).
         hidden_dropout: the encoder's dropout on hidden states (``None``: its config's, 0.1 for MiniLM), drawn
-            twice a layer over every token; on a CPU about a sixth of a step once attention dropout is off.
+            twice a layer over every token; on a CPU the largest cost besides the matrix products once
+            attention dropout is off.
         drop: strings the reranker never reads, in training and in every use of its export (e.g.
             ``["<unk>"]`` for WikiText-2 train; :attr:`reranking.inputs.InputFormat.drop`).
         init_from: a reranker export (encoder *and* head, e.g. one pretrained on other data) whose

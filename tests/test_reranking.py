@@ -587,8 +587,10 @@ def test_hidden_dropout_replaces_the_encoders_own(tiny_bert_dir, architecture):
 
     kw = dict(encoder=str(tiny_bert_dir), architecture=architecture, max_length=48, max_prefix_tokens=16,
               max_passage_tokens=24)
-    own = (torch.manual_seed(0), RerankerSystem(**kw))[1]  # the seed: the cross-encoder's head is drawn
-    none = (torch.manual_seed(0), RerankerSystem(**kw, hidden_dropout=0.0))[1]
+    torch.manual_seed(0)  # the cross-encoder's head is drawn: the same seed gives both the same head
+    own = RerankerSystem(**kw)
+    torch.manual_seed(0)
+    none = RerankerSystem(**kw, hidden_dropout=0.0)
     assert own.model.config.hidden_dropout_prob > 0 and none.model.config.hidden_dropout_prob == 0
     assert none.model.config.attention_probs_dropout_prob == own.model.config.attention_probs_dropout_prob > 0
     hidden = [m.p for n, m in none.model.named_modules()
