@@ -16,12 +16,19 @@ through the same ``main`` as ``python -m eval.ppl`` (sparing each its ~10 s of i
    ``cosine`` is the same MiniLM with no fine-tuning, ranking exactly as the predictive reranker did
    before its first step: the ablation that shows what the LM supervision adds.
 
+``--seeds '[0,1,2]'`` fine-tunes one reranker per seed (``reranker-seedN``, rows ``predictive-seedN``; the seed
+is both ``--seed_everything`` and ``--data.shuffle_seed``, since with the demo's dropout off and no new weights
+the training order is the only thing a seed can change) and adds
+each table's mean-of-seeds row; the config's own seed reuses the one-seed demo's reranker and rows when they
+exist (the same command, the same seed). Each text also gets a table against cosine (``vs-cosine/``).
+
 Finished stages are reused, so a second run only prints the tables.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -73,6 +80,38 @@ def cosine_flags(fit_yaml: Path) -> list[str]:
             "--ranker.passage_tokens", str(m["max_passage_tokens"])]
 
 
+def seed_names(seeds: list[int], config_seed: int) -> dict[int, tuple[str, str]]:
+    """Each seed's reranker directory and evaluation row: ``reranker`` / ``predictive`` for the config's own seed
+    alone (the one-seed demo), ``reranker-seedN`` / ``predictive-seedN`` otherwise (eval.compare's seed groups)."""
+    if len(set(seeds)) != len(seeds) or not seeds:
+        from ralm.settings import SettingsError
+
+        raise SettingsError(f"--seeds {seeds}: give one or more distinct integers, e.g. '[0,1,2]'")
+    if seeds == [config_seed]:
+        return {config_seed: ("reranker", "predictive")}
+    return {s: (f"reranker-seed{s}", f"predictive-seed{s}") for s in seeds}
+
+
+def geometric_mean(values: list[float]) -> float:
+    """The mean of several seeds' perplexities as eval.compare's mean-of-seeds row computes it."""
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def reuse_config_seed(out: Path, texts: list[str], names: dict[int, tuple[str, str]], config_seed: int) -> None:
+    """Link the one-seed demo's reranker and rows under the config seed's ``-seedN`` names, so that
+    ``--seeds`` after a plain demo run fine-tunes and evaluates only the other seeds."""
+    if config_seed not in names or names[config_seed][0] == "reranker":
+        return
+    pairs = [(out / "reranker", out / names[config_seed][0])]
+    pairs += [(out / "ppl" / t / "predictive", out / "ppl" / t / names[config_seed][1]) for t in texts]
+    if (out / "reranker" / "reranker.json").exists():
+        for src, dst in pairs:
+            if src.exists() and not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.symlink_to(src.name, target_is_directory=True)
+                print(f"[demo] seed {config_seed}: reusing {src} as {dst.name}", flush=True)
+
+
 def ordering_holds(ppl: dict[str, float]) -> bool:
     """The demo's claim, on word-level perplexity: retrieval helps, the LM-supervised reranker helps
     more and beats the same encoder without LM supervision, the oracle bounds them all. (Zero-shot is
@@ -82,7 +121,8 @@ def ordering_holds(ppl: dict[str, float]) -> bool:
 
 
 def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
-         precision: Literal["auto", "float32", "bfloat16"] = "auto", rerankers: list[str] = RERANKERS) -> int:
+         precision: Literal["auto", "float32", "bfloat16"] = "auto", rerankers: list[str] = RERANKERS,
+         seeds: list[int] | None = None) -> int:
     """Run every stage (finished ones are reused) and print the tables.
 
     Args:
@@ -92,7 +132,11 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
             elsewhere; ralm.precision). A different precision needs a fresh --out (finished stages are reused).
         rerankers: The rows to evaluate, of none, bm25, zero-shot, cosine, predictive, oracle; every row
             of the claim (all but zero-shot) is required, e.g. '[none,bm25,cosine,predictive,oracle]'.
+        seeds: Fine-tuning seeds (default: fit.yaml's seed_everything alone). Several give one reranker and
+            one predictive row per seed and the tables' mean-of-seeds row; the ordering is checked on that mean.
     """
+    import yaml
+
     from ralm.settings import SettingsError
 
     unknown = [r for r in rerankers if r not in RERANKERS]
@@ -107,7 +151,8 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
     out = (ROOT / out).resolve()
     configs = Path(config_dir).resolve()
     world, index, data = out / "world", out / "corpus", out / "data"
-    reranker = out / "reranker"
+    config_seed = int(yaml.safe_load((configs / "fit.yaml").read_text()).get("seed_everything", 0))
+    names = seed_names(list(seeds) if seeds is not None else [config_seed], config_seed)
     t0 = time.time()
 
     stage("1/5 world", ["-m", "demo.world", "--config", str(configs / "world.yaml"), "--out", str(world)],
@@ -118,17 +163,22 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
     stage("3/5 training data", ["-m", "data_gen.build", "--config", str(configs / "build.yaml"),
                                 "--text.file", str(world / "train.txt"), "--eval_text.file", str(world / "eval.txt"),
                                 "--retrieval.index", str(index / "index"), "--out", str(data), *scoring], False)
-    stage("4/5 reranker", ["-m", "reranking.fit", "--config", str(configs / "fit.yaml"),
-                           "--data.data_dir", str(data),
-                           "--trainer.logger.init_args.save_dir", str(out / "logs"),
-                           "--export_dir", str(reranker), *fit_precision],
-          (reranker / "reranker.json").exists())
-    extra = {"predictive": ["--reranker", str(reranker)],
-             "cosine": ["--reranker", "cosine", *cosine_flags(configs / "fit.yaml")]}
+    reuse_config_seed(out, texts, names, config_seed)
+    for seed, (rdir_name, _) in names.items():
+        version = [] if rdir_name == "reranker" else ["--trainer.logger.init_args.version", f"seed{seed}"]
+        stage(f"4/5 reranker (seed {seed})", ["-m", "reranking.fit", "--config", str(configs / "fit.yaml"),
+                                              "--seed_everything", str(seed), "--data.shuffle_seed", str(seed),
+                                              "--data.data_dir", str(data),
+                                              "--trainer.logger.init_args.save_dir", str(out / "logs"), *version,
+                                              "--export_dir", str(out / rdir_name), *fit_precision],
+              (out / rdir_name / "reranker.json").exists())
+    extra = {row: ["--reranker", str(out / rdir_name)] for rdir_name, row in names.values()}
+    extra["cosine"] = ["--reranker", "cosine", *cosine_flags(configs / "fit.yaml")]
+    rows = [r for name in rerankers for r in ([row for _, row in names.values()] if name == "predictive" else [name])]
     ppl: dict[str, dict[str, float]] = {}
     for text in texts:
         lenders: list[str] = []  # zero-shot and oracle score every candidate; the later rows reuse those scores
-        for name in sorted(rerankers, key=lambda r: r not in LENDERS):
+        for name in sorted(rows, key=lambda r: r not in LENDERS):
             rdir = out / "ppl" / text / name
             reuse = ["--reuse_from", "[" + ",".join(lenders) + "]"] if lenders and name not in ("zero-shot", "none") else []
             stage(f"5/5 eval.ppl {text} {name}",
@@ -139,13 +189,19 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
             if name in LENDERS:
                 lenders.append(str(rdir))
             ppl.setdefault(text, {})[name] = json.loads((rdir / "results.json").read_text())["ppl_word"]
+        if "predictive" not in ppl[text]:  # several seeds: the claim is checked on their mean
+            ppl[text]["predictive"] = geometric_mean([ppl[text][row] for _, row in names.values()])
+
+    from eval.compare import main as compare  # the table, plus runs/demo/ppl/<text>/comparison.{md,png}
 
     for text in texts:
-        print(f"\n{text} articles ({world / f'{text}.txt'}):", flush=True)
-        from eval.compare import main as compare  # the table, plus runs/demo/ppl/<text>/comparison.{md,png}
-
-        if compare([str(out / "ppl" / text / n) for n in rerankers]):
-            raise subprocess.CalledProcessError(2, "eval.compare")
+        runs = [str(out / "ppl" / text / n) for n in rows]
+        for title, args in ((f"{text} articles ({world / f'{text}.txt'})", runs),
+                            (f"{text} articles against the untrained encoder (cosine)",
+                             [*runs, "--baseline", "cosine", "--out", str(out / "ppl" / text / "vs-cosine")])):
+            print(f"\n{title}:", flush=True)
+            if compare(args):
+                raise subprocess.CalledProcessError(2, "eval.compare")
     holds = {text: ordering_holds(p) for text, p in ppl.items()}
     (out / "summary.json").write_text(json.dumps({"ppl_word": ppl, "ordering_holds": holds}, indent=1))
     print("\nexpected ordering (none > bm25 > predictive, predictive < cosine, oracle lowest): "
@@ -153,8 +209,8 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
     print(f"\nTensorBoard:   .venv/bin/tensorboard --logdir {out / 'logs'}")
     print(f"summary:       {out / 'summary.json'}")
     print(f"world:         {world}\nLucene index:  {index / 'index'}\ntraining data: {data}\n"
-          f"reranker:      {reranker}\nperplexities:  {out / 'ppl'}/<text>/<reranker>/results.json (+ results.md, plot.png)\n"
-          f"comparison:    {out / 'ppl'}/<text>/comparison.md, comparison.png")
+          f"reranker:      {', '.join(str(out / d) for d, _ in names.values())}\nperplexities:  {out / 'ppl'}/<text>/<reranker>/results.json (+ results.md, plot.png)\n"
+          f"comparison:    {out / 'ppl'}/<text>/comparison.md, comparison.png; against cosine: vs-cosine/")
     print(f"total: {time.time() - t0:.0f}s")
     return 0
 

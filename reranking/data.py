@@ -172,7 +172,8 @@ class RerankDataModule(pl.LightningDataModule):
         drop: strings the reranker does not read (the CLI links it to ``--model.drop``).
         num_workers: DataLoader worker processes (tokenization runs there).
         val_batch_size: examples per validation batch (default: ``batch_size``).
-        shuffle_seed: seed of the training order (epoch e's order depends only on it and e).
+        shuffle_seed: seed of the training order (epoch e's order depends only on it and e). Apart from
+            ``--seed_everything`` (dropout masks, new weights): a study of training seeds varies both.
     """
 
     def __init__(self, data_dir: str, tokenizer: str = "roberta-base", val_fraction: float = 0.02,
