@@ -18,9 +18,9 @@ through the same ``main`` as ``python -m eval.ppl`` (sparing each its ~10 s of i
 
 ``--seeds '[0,1,2]'`` fine-tunes one reranker per seed (``reranker-seedN``, rows ``predictive-seedN``; the seed
 is both ``--seed_everything`` and ``--data.shuffle_seed``, since with the demo's dropout off and no new weights
-the training order is the only thing a seed can change) and adds
-each table's mean-of-seeds row; the config's own seed reuses the one-seed demo's reranker and rows when they
-exist (the same command, the same seed). Each text also gets a table against cosine (``vs-cosine/``).
+the training order is the only thing a seed can change) and adds each table's mean-of-seeds row; the config's
+own seed reuses the one-seed demo's reranker and rows when they exist (the same command, the same seed). Each
+text also gets a table against cosine (``vs-cosine/``).
 
 Finished stages are reused, so a second run only prints the tables.
 """
@@ -28,7 +28,6 @@ Finished stages are reused, so a second run only prints the tables.
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 import time
@@ -90,11 +89,6 @@ def seed_names(seeds: list[int], config_seed: int) -> dict[int, tuple[str, str]]
     if seeds == [config_seed]:
         return {config_seed: ("reranker", "predictive")}
     return {s: (f"reranker-seed{s}", f"predictive-seed{s}") for s in seeds}
-
-
-def geometric_mean(values: list[float]) -> float:
-    """The mean of several seeds' perplexities as eval.compare's mean-of-seeds row computes it."""
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def reuse_config_seed(out: Path, texts: list[str], names: dict[int, tuple[str, str]], config_seed: int) -> None:
@@ -189,8 +183,10 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
             if name in LENDERS:
                 lenders.append(str(rdir))
             ppl.setdefault(text, {})[name] = json.loads((rdir / "results.json").read_text())["ppl_word"]
-        if "predictive" not in ppl[text]:  # several seeds: the claim is checked on their mean
-            ppl[text]["predictive"] = geometric_mean([ppl[text][row] for _, row in names.values()])
+        if "predictive" not in ppl[text]:  # several seeds: the claim is checked on their mean, as the table has it
+            from eval.compare import mean_of_seeds
+
+            ppl[text]["predictive"] = mean_of_seeds([ppl[text][row] for _, row in names.values()])
 
     from eval.compare import main as compare  # the table, plus runs/demo/ppl/<text>/comparison.{md,png}
 

@@ -66,6 +66,11 @@ def _label(run: dict) -> str:
     return Path(run["dir"]).name if "/" in name or len(name) > 24 else name
 
 
+def mean_of_seeds(ppls: list[float]) -> float:
+    """Several seeds' perplexities as one: their geometric mean (the mean of their log-perplexities)."""
+    return math.exp(np.mean([math.log(x) for x in ppls]))
+
+
 def seed_groups(runs: list[dict]) -> dict[str, list[dict]]:
     """Runs of one reranker trained with several seeds: directories named ``NAME-seedN``, by NAME (two or more)."""
     groups: dict[str, list[dict]] = {}
@@ -92,8 +97,8 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
     def row(label: str, group: list[dict]) -> str:
         """One run, or the mean of several seeds' runs (geometric mean of perplexities, mean NLL per stride)."""
         res = [r["results"] for r in group]
-        word = math.exp(np.mean([math.log(x["ppl_word"]) for x in res]))
-        cells = [label, f"{word:.3f}", f"{math.exp(np.mean([math.log(x['ppl_token']) for x in res])):.3f}"]
+        word = mean_of_seeds([x["ppl_word"] for x in res])
+        cells = [label, f"{word:.3f}", f"{mean_of_seeds([x['ppl_token'] for x in res]):.3f}"]
         if none:
             cells.append(f"{100 * (word / none['results']['ppl_word'] - 1):+.1f}%")
         if base and group == [base]:
