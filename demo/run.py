@@ -1,8 +1,10 @@
 """``python -m demo.run``: the whole pipeline, offline, on the synthetic world.
 
 Every stage is the real command a full-scale user runs, with the demo's YAML from ``configs/demo/``;
-only the configuration differs. Stages 1-4 run as their own processes; the evaluations run in this one,
-through the same ``main`` as ``python -m eval.ppl`` (sparing each its ~10 s of imports and start-up):
+only the configuration differs. Stages 1-2 run as their own processes (the index's JVM stays out of this
+one); the training data, the fine-tuning and the evaluations run in this one, through the same ``main`` as
+``python -m data_gen.build``, ``reranking.fit`` and ``eval.ppl`` (sparing each ~10-15 s of imports and
+start-up on a 2-core CPU; the export and the tables are those of separate processes, measured):
 
 1. ``python -m demo.world``        — corpus, training text, evaluation text and held-out text
 2. ``python -m ralm.corpus``       — 100-word titled passages → Lucene index
@@ -62,7 +64,8 @@ def stage(title: str, cmd: list[str], done: bool, in_process: bool = False) -> N
         with contextlib.chdir(ROOT):  # as the subprocess's cwd: configs name paths from the repository root
             rc = importlib.import_module(cmd[1]).main(cmd[2:])
         sys.stdout.flush()
-        if rc:
+        sys.stderr.flush()
+        if isinstance(rc, int) and rc:  # reranking.fit's main returns its LightningCLI on success
             raise subprocess.CalledProcessError(rc, ["python", *cmd])
     else:
         subprocess.run([sys.executable, *cmd], check=True, cwd=ROOT)
@@ -156,7 +159,8 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
           (index / "index").is_dir())
     stage("3/5 training data", ["-m", "data_gen.build", "--config", str(configs / "build.yaml"),
                                 "--text.file", str(world / "train.txt"), "--eval_text.file", str(world / "eval.txt"),
-                                "--retrieval.index", str(index / "index"), "--out", str(data), *scoring], False)
+                                "--retrieval.index", str(index / "index"), "--out", str(data), *scoring], False,
+          in_process=True)
     reuse_config_seed(out, texts, names, config_seed)
     for seed, (rdir_name, _) in names.items():
         version = [] if rdir_name == "reranker" else ["--trainer.logger.init_args.version", f"seed{seed}"]
@@ -165,7 +169,7 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
                                               "--data.data_dir", str(data),
                                               "--trainer.logger.init_args.save_dir", str(out / "logs"), *version,
                                               "--export_dir", str(out / rdir_name), *fit_precision],
-              (out / rdir_name / "reranker.json").exists())
+              (out / rdir_name / "reranker.json").exists(), in_process=True)
     extra = {row: ["--reranker", str(out / rdir_name)] for rdir_name, row in names.values()}
     extra["cosine"] = ["--reranker", "cosine", *cosine_flags(configs / "fit.yaml")]
     rows = [r for name in rerankers for r in ([row for _, row in names.values()] if name == "predictive" else [name])]

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 L, S, DOC = 64, 4, 20
 
 
-def run(module: str, *args: str, cwd: Path = ROOT) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert p.returncode == 0, f"{module} failed:\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
-    return p.stderr
+def run(module: str, *args: str, cwd: Path = ROOT) -> None:
+    """``python -m MODULE ARGS`` through that module's ``main``, in this process (as ``demo.run`` calls
+    them; the processes' own start-up, kill and resume are tested in test_data_gen / test_reranking_fit)."""
+    import contextlib
+    import importlib
+
+    with contextlib.chdir(cwd):
+        rc = importlib.import_module(module).main(list(args))
+    assert not (isinstance(rc, int) and rc), f"{module} exited with {rc}"
 
 
 @pytest.fixture(scope="module")
