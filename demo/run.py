@@ -19,8 +19,8 @@ start-up on a 2-core CPU; the export and the tables are those of separate proces
    before its first step: the ablation that shows what the LM supervision adds.
 
 ``--seeds '[0,1,2]'`` fine-tunes one reranker per seed (``reranker-seedN``, rows ``predictive-seedN``; the seed
-is both ``--seed_everything`` and ``--data.shuffle_seed``, since with the demo's dropout off and no new weights
-the training order is the only thing a seed can change) and adds each table's mean-of-seeds row; the config's
+is ``--seed_everything``, which the training order follows: with the demo's dropout off and no new weights
+that order is the only thing a seed changes) and adds each table's mean-of-seeds row; the config's
 own seed reuses the one-seed demo's reranker and rows when they exist (the same command, the same seed). Each
 text also gets a table against cosine (``vs-cosine/``).
 
@@ -165,7 +165,7 @@ def demo(out: str = "runs/demo", config_dir: str = str(CONFIGS),
     for seed, (rdir_name, _) in names.items():
         version = [] if rdir_name == "reranker" else ["--trainer.logger.init_args.version", f"seed{seed}"]
         stage(f"4/5 reranker (seed {seed})", ["-m", "reranking.fit", "--config", str(configs / "fit.yaml"),
-                                              "--seed_everything", str(seed), "--data.shuffle_seed", str(seed),
+                                              "--seed_everything", str(seed),
                                               "--data.data_dir", str(data),
                                               "--trainer.logger.init_args.save_dir", str(out / "logs"), *version,
                                               "--export_dir", str(out / rdir_name), *fit_precision],

@@ -172,14 +172,15 @@ class RerankDataModule(pl.LightningDataModule):
         drop: strings the reranker does not read (the CLI links it to ``--model.drop``).
         num_workers: DataLoader worker processes (tokenization runs there).
         val_batch_size: examples per validation batch (default: ``batch_size``).
-        shuffle_seed: seed of the training order (epoch e's order depends only on it and e). Apart from
-            ``--seed_everything`` (dropout masks, new weights): a study of training seeds varies both.
+        shuffle_seed: seed of the training order (epoch e's order depends only on it and e); ``None``
+            (default): the run's ``--seed_everything`` (Lightning's ``PL_GLOBAL_SEED``; 0 if no seed was
+            set), so that a training seed varies the data order as well as dropout masks and new weights.
     """
 
     def __init__(self, data_dir: str, tokenizer: str = "roberta-base", val_fraction: float = 0.02,
                  split_seed: int = 0, batch_size: int = 32, max_candidates: int | None = 16,
                  max_length: int = 512, max_prefix_tokens: int = 256, num_workers: int = 2,
-                 val_batch_size: int | None = None, shuffle_seed: int = 0, architecture: str = "cross",
+                 val_batch_size: int | None = None, shuffle_seed: int | None = None, architecture: str = "cross",
                  max_passage_tokens: int = 256, drop: list[str] | None = None):
         super().__init__()
         from ralm.settings import SettingsError
@@ -242,13 +243,20 @@ class RerankDataModule(pl.LightningDataModule):
     def collator(self, padding: str = "longest") -> RerankCollator:
         return RerankCollator(self.tokenizer, self.fmt, self.hparams.max_candidates, padding=padding)
 
+    def shuffle_seed(self) -> int:
+        """The training order's seed: ``--data.shuffle_seed``, else the seed ``seed_everything`` set (which
+        ``reranking.fit`` always calls, and calls again with the same seed when a run resumes)."""
+        if self.hparams.shuffle_seed is not None:
+            return int(self.hparams.shuffle_seed)
+        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
     def train_dataloader(self):
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         if len(self.train_ds) < self.hparams.batch_size * world:
             raise ValueError(f"{len(self.train_ds)} training examples cannot fill one batch of {self.hparams.batch_size} "
                              f"on each of {world} device(s); lower --data.batch_size or generate more data")
-        return ResumableLoader(self.train_ds, self.hparams.batch_size, self.hparams.shuffle_seed, self.collator(),
+        return ResumableLoader(self.train_ds, self.hparams.batch_size, self.shuffle_seed(), self.collator(),
                                num_workers=self.hparams.num_workers, rank=rank, world=world)
 
     def val_dataloader(self):

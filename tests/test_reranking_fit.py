@@ -175,6 +175,25 @@ def test_ddp_validation_metrics_equal_single_process(tmp_path, tiny_roberta_dir,
         assert ddp[k] == pytest.approx(single[k], rel=1e-5, abs=1e-6), k
 
 
+def test_the_training_order_follows_the_seed_unless_given(tmp_path, tiny_roberta_dir, rerank_data_dir, monkeypatch):
+    """A training seed varies the data order: the loader the fit trained on is shuffled by
+    ``--seed_everything`` unless ``--data.shuffle_seed`` is given (then by that); without any seed, 0."""
+    from reranking.data import RerankDataModule
+    from reranking.fit import main
+
+    monkeypatch.chdir(tmp_path)  # the default logger writes ./checkpoints
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    orders = {}
+    for extra, seed in (([], 0), (["--seed_everything", "3"], 3), (["--seed_everything", "3", "--data.shuffle_seed",
+                                                                     "5"], 5)):
+        loader = main(fit_args(tiny_roberta_dir, rerank_data_dir, 1, *extra)).trainer.train_dataloader
+        assert loader._batches.seed == seed, extra
+        orders[seed] = loader._batches._batches()
+    assert orders[0] != orders[3] != orders[5]
+    monkeypatch.delenv("PL_GLOBAL_SEED")
+    assert RerankDataModule(str(rerank_data_dir)).shuffle_seed() == 0
+
+
 def test_corrupt_or_foreign_checkpoint_is_one_line(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys, monkeypatch):
     """--ckpt_path that is truncated/corrupt or not from reranking.fit: exit 2, one line, nothing built."""
     from reranking.fit import main
