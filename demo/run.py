@@ -57,15 +57,11 @@ def stage(title: str, cmd: list[str], done: bool, in_process: bool = False) -> N
     print(f"[demo] {title}: {' '.join(cmd)}", flush=True)
     t = time.time()
     if in_process:
-        import contextlib
-        import importlib
+        from ralm.cli import run_module
 
         assert cmd[0] == "-m", cmd
-        with contextlib.chdir(ROOT):  # as the subprocess's cwd: configs name paths from the repository root
-            rc = importlib.import_module(cmd[1]).main(cmd[2:])
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if isinstance(rc, int) and rc:  # reranking.fit's main returns its LightningCLI on success
+        rc = run_module(cmd[1], cmd[2:], cwd=ROOT)  # as the subprocess's cwd: configs name paths from the root
+        if rc:
             raise subprocess.CalledProcessError(rc, ["python", *cmd])
     else:
         subprocess.run([sys.executable, *cmd], check=True, cwd=ROOT)

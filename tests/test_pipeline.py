@@ -14,14 +14,12 @@ L, S, DOC = 64, 4, 20
 
 
 def run(module: str, *args: str, cwd: Path = ROOT) -> None:
-    """``python -m MODULE ARGS`` through that module's ``main``, in this process (as ``demo.run`` calls
-    them; the processes' own start-up, kill and resume are tested in test_data_gen / test_reranking_fit)."""
-    import contextlib
-    import importlib
+    """``python -m MODULE ARGS`` in this process, as ``demo.run`` runs its stages (``ralm.cli.run_module``; the
+    processes' own start-up, kill and resume are tested in test_data_gen / test_reranking_fit)."""
+    from ralm.cli import run_module
 
-    with contextlib.chdir(cwd):
-        rc = importlib.import_module(module).main(list(args))
-    assert not (isinstance(rc, int) and rc), f"{module} exited with {rc}"
+    rc = run_module(module, list(args), cwd=cwd)
+    assert rc == 0, f"{module} exited with {rc}"
 
 
 @pytest.fixture(scope="module")
