@@ -2,6 +2,11 @@
 # Create .venv and install the project with everything it needs (offline-safe apart from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Python caches compiled bytecode (.pyc) unless PYTHONDONTWRITEBYTECODE is set, as it is on this project's
+# 2-core machines: then every process compiles torch, transformers and lightning
+# from source again, ~10 s of its ~17 s start. The project's processes cache it (in .venv and the
+# sources' __pycache__/, git-ignored); scripts/demo.sh and scripts/test.sh do the same.
+unset PYTHONDONTWRITEBYTECODE
 PY=${PYTHON:-python3}
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
