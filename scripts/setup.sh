@@ -3,9 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Python caches compiled bytecode (.pyc) unless PYTHONDONTWRITEBYTECODE is set, as it is on this project's
-# 2-core machines: then every process compiles torch, transformers and lightning
-# from source again, ~10 s of its ~17 s start. The project's processes cache it (in .venv and the
-# sources' __pycache__/, git-ignored); scripts/demo.sh and scripts/test.sh do the same.
+# 2-core machines, and uv (unlike pip) compiles none at install: then every process compiles torch,
+# transformers and lightning from source again (~17 s to import them against ~7 s). Unset, the first process
+# caches what it imports (in .venv and the sources' git-ignored __pycache__/) and later ones read it, even
+# with the variable set; scripts/demo.sh and scripts/test.sh unset it too.
 unset PYTHONDONTWRITEBYTECODE
 PY=${PYTHON:-python3}
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
