@@ -12,7 +12,8 @@
    ``ralm.scoring.LMScorer`` with the stage's row shape (L = 1,024, stride 4):
    eval none (windows, 4 targets each), eval zero-shot k = 16 (16 candidate rows per stride, s' + s = 20
    positions), data generation (16 + 1 rows per example, 4 targets); and reranker training (a RoBERTa-
-   base-sized cross-encoder, the project's collator, loss and AdamW). FLOPs: forward 2 N + causal
+   base-sized cross-encoder, the project's collator, loss and AdamW; with the paper's dropout 0.1, which
+   the projections use, and again with dropout 0, as the demo trains MiniLM). FLOPs: forward 2 N + causal
    attention 2 x layers x L x d per token + the LM head on the scored positions; training 6 N per
    (padded) token. Then the paper-scale jobs' time at the measured rate.
 3. The reference loop (bench/naive_eval.py: one window per forward, logits everywhere) against
@@ -123,8 +124,11 @@ def lm_part(device: torch.device, sync, peak: float, repeats: int, tmp: Path, to
     return rates
 
 
-def train_part(device: torch.device, sync, peak: float, tmp: Path) -> tuple[float, float, int]:
-    """Reranker training step rate: (FLOP/s, padded tokens per pair, non-embedding parameters)."""
+def train_part(device: torch.device, sync, peak: float, tmp: Path, dropout: float | None = None
+               ) -> tuple[float, float, int]:
+    """Reranker training step rate: (FLOP/s, padded tokens per pair, non-embedding parameters). ``dropout``
+    replaces RoBERTa's 0.1 on attention probabilities and hidden states (``None``: the paper's model as it
+    is): on a CPU drawing the masks, and attention's unfused path with them, are much of a step."""
     from transformers import RobertaConfig
 
     from bench.train_throughput import make_rows, time_steps
@@ -137,14 +141,15 @@ def train_part(device: torch.device, sync, peak: float, tmp: Path) -> tuple[floa
     cfg = RobertaConfig(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                         intermediate_size=3072, max_position_embeddings=514, pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
-    model = CrossEncoder(config=cfg).to(device).train()
+    model = CrossEncoder(config=cfg, attention_dropout=dropout, hidden_dropout=dropout).to(device).train()
     n_params = sum(p.numel() for n, p in model.named_parameters() if "embeddings" not in n)
     batch, steps = (32, 4) if device.type == "cuda" else (1, 2)
     rows = make_rows(max(64, batch * (steps + 1)), K)
     pps, tps, _, collate_s = time_steps(model, RerankCollator(tok, InputFormat(), K), rows, batch, steps, device,
                                         torch.bfloat16 if device.type == "cuda" else None)
     rate = 6 * n_params * tps
-    print(f"  {'reranker training':22s} {batch:4d} x {K} pairs, RoBERTa-base size ({n_params / 1e6:.0f}M non-embedding): "
+    label = "reranker training" + ("" if dropout is None else f", dropout {dropout:g}")
+    print(f"  {label:22s} {batch:4d} x {K} pairs, RoBERTa-base size ({n_params / 1e6:.0f}M non-embedding): "
           f"{tps:9,.0f} tokens/s {rate / 1e9:9.1f} GFLOP/s  MFU {100 * rate / peak:5.1f}%  (collated beforehand, as "
           f"the fit's loader workers do: {collate_s:.3f} s a step, {100 * collate_s * pps / (batch * K):.0f} % of the step)")
     return rate, tps / pps, n_params
@@ -259,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print("MFU below is against that measured GEMM rate")
             rates = lm_part(device, sync, peak, a.repeats, tmp, tokenizer)
-            projections(rates, *train_part(device, sync, peak, tmp))
+            train = train_part(device, sync, peak, tmp)  # the paper's model, dropout 0.1: the projections'
+            train_part(device, sync, peak, tmp, dropout=0.0)  # what the same step costs without the masks
+            projections(rates, *train)
         if not a.skip_naive and device.type == "cpu":
             tiny, small = (label for label, *_ in NAIVE_MODELS)
             naive_part(tmp, text, tokenizer, {tiny: {"none": a.none_strides, "zero-shot": a.zero_shot_strides},
