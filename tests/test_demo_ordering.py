@@ -9,7 +9,8 @@ cannot be cut to fewer steps: at 40 steps on 1,000 examples the reranker was sti
 validation split (measured), and 50-step schedules captured 0 % (lr 5e-5) and 12 % (lr 1e-4) of the
 BM25-to-oracle gap on the validation split against 32 % for 100 steps (measured); its steps were made
 cheaper instead (4 candidates of 48 tokens, no dropout; the README's table of levers), and it is still the
-suite's slowest test (546-613 s in float32 on a 2-core AVX2-only CPU, measured in three suite runs).
+suite's slowest test (424-528 s in float32 on a 2-core AVX2-only CPU in four suite runs since the scripts cache
+bytecode, over half of the test command there).
 """
 
 from __future__ import annotations
