@@ -143,23 +143,29 @@ class CosineSelector(Selector):
         return torch.cat(out) if out else torch.empty(0, self.model.config.hidden_size)
 
     def _passages(self, docs: list[str]) -> torch.Tensor:
+        """``[len(docs), H]``: the passages not cached yet are embedded together, in batches of ``batch_size``."""
         missing = [d for d in dict.fromkeys(docs) if d not in self._cache]
-        if missing:
-            for d, e in zip(missing, self.embed(missing, self.passage_tokens, "start", passages=True)):
-                self._cache[d] = e
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return torch.stack([self._cache[d] for d in docs])
+        new = dict(zip(missing, self.embed(missing, self.passage_tokens, "start", passages=True))) if missing else {}
+        out = torch.stack([new[d] if d in new else self._cache[d] for d in docs])
+        self._cache.update(new)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return out
 
     def scores(self, batch: StrideBatch) -> list[torch.Tensor]:
-        """Cosine similarity of each stride's prefix with each of its candidates."""
+        """Cosine similarity of each stride's prefix with each of its candidates. The batch's passages are
+        embedded in one go: stride by stride, the demo's 685 new passages took 387 forwards of ~2 each."""
         used = [i for i, c in enumerate(batch.candidates) if c]
         out = [torch.empty(0) for _ in batch.candidates]
         if not used:
             return out
         q = self.embed([batch.prefix_texts[i] for i in used], self.prefix_tokens, "end")
+        d = self._passages([p.document() for i in used for p in batch.candidates[i]])
+        start = 0
         for row, i in enumerate(used):
-            out[i] = self._passages([p.document() for p in batch.candidates[i]]) @ q[row]
+            k = len(batch.candidates[i])
+            out[i] = d[start:start + k] @ q[row]
+            start += k
         return out
 
     def select(self, batch: StrideBatch, lm_nll: torch.Tensor | None = None) -> list[int]:
