@@ -145,7 +145,7 @@ class CosineSelector(Selector):
     def _passages(self, docs: list[str]) -> torch.Tensor:
         """``[len(docs), H]``: the passages not cached yet are embedded together, in batches of ``batch_size``."""
         missing = [d for d in dict.fromkeys(docs) if d not in self._cache]
-        new = dict(zip(missing, self.embed(missing, self.passage_tokens, "start", passages=True))) if missing else {}
+        new = dict(zip(missing, self.embed(missing, self.passage_tokens, "start", passages=True)))
         out = torch.stack([new[d] if d in new else self._cache[d] for d in docs])
         self._cache.update(new)
         while len(self._cache) > self._cache_size:
