@@ -161,11 +161,8 @@ class CosineSelector(Selector):
             return out
         q = self.embed([batch.prefix_texts[i] for i in used], self.prefix_tokens, "end")
         d = self._passages([p.document() for i in used for p in batch.candidates[i]])
-        start = 0
-        for row, i in enumerate(used):
-            k = len(batch.candidates[i])
-            out[i] = d[start:start + k] @ q[row]
-            start += k
+        for i, d_i, q_i in zip(used, d.split([len(batch.candidates[i]) for i in used]), q):
+            out[i] = d_i @ q_i
         return out
 
     def select(self, batch: StrideBatch, lm_nll: torch.Tensor | None = None) -> list[int]:
