@@ -131,7 +131,7 @@ def cosine_identity(config: Path) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from reranking.selector import PredictiveSelector
+    from reranking.encoder_selectors import PredictiveSelector
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="directory of data_gen.build shards no fit read")
@@ -180,7 +180,7 @@ def cosine_selector(config: Path, device: str = "cpu", batch_size: int = 64):
     prefix and passage lengths (what ``demo.run.cosine_flags`` passes the evaluation)."""
     import yaml
 
-    from reranking.selector import CosineSelector
+    from reranking.encoder_selectors import CosineSelector
 
     m = yaml.safe_load(config.read_text())["model"]
     return CosineSelector(m["encoder"], prefix_tokens=m["max_prefix_tokens"], passage_tokens=m["max_passage_tokens"],

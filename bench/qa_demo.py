@@ -5,7 +5,7 @@ world's people with one passage chosen by each reranker, and the paired differen
     python bench/qa_demo.py --rerankers bm25,PATH/TO/EXPORT   # add a trained reranker's row
 
 Every number comes from the real commands (``demo.world`` with ``configs/demo/world.yaml``, ``ralm.corpus``,
-``demo.qa``, ``eval.qa``) run as subprocesses; each row is skipped when its ``results.json`` exists, so a
+``demo.questions``, ``eval.qa``) run as subprocesses; each row is skipped when its ``results.json`` exists, so a
 rerun continues where it stopped. The world is fictional: without a passage the LM cannot know an answer.
 Paired comparison per question (the same 200 questions in every row): how many questions one row answers
 and the other does not, and a 95 % bootstrap interval (10,000 resamples of the questions) of the
@@ -42,7 +42,7 @@ def prepare(out: Path) -> Path:
         run(["-m", "ralm.corpus", "--text.file", str(world / "corpus.txt"), "--out", str(out / "corpus")])
     questions = out / "eval.jsonl"
     if not questions.exists():
-        run(["-m", "demo.qa", "--world", str(world), "--out", str(questions), "--split", "eval"])
+        run(["-m", "demo.questions", "--world", str(world), "--out", str(questions), "--split", "eval"])
     return questions
 
 
@@ -67,7 +67,7 @@ def titles(out: Path) -> dict[str, str]:
 
 def per_question(d: Path, questions: Path, title: dict[str, str]) -> dict[str, np.ndarray]:
     """Each metric per question, and whether the passage given was the asked person's own."""
-    from ralm.qa import contains_answer, exact_match, f1
+    from ralm.open_qa import contains_answer, exact_match, f1
 
     rows = [json.loads(line) for line in (d / "predictions.jsonl").read_text().splitlines()]
     asked = [json.loads(line)["person"] for line in questions.read_text().splitlines()]

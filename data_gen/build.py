@@ -77,7 +77,7 @@ def forbidden_from_eval(build: BuildConfig) -> set[str]:
 def build_dataset(build: BuildConfig, run: RunConfig) -> dict | None:
     """Run (or resume) the whole job; returns the manifest when the dataset is complete."""
     from ralm.cli import quiet_libraries
-    from ralm.outputs import global_rank
+    from ralm.lock import global_rank
 
     from .retrieve import start_retrieve
     from .sample import run_sample
@@ -201,7 +201,7 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
                   retrieval_batch=retrieval_batch, keep_work=keep_work, trainer=trainer, verbose=verbose,
                   progress=progress)
     trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
-    from ralm.outputs import claim
+    from ralm.lock import claim
 
     with claim(r.out, "--out"):  # a second build on the same --out is refused, not mixed in
         return build_dataset(b, r)

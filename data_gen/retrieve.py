@@ -8,7 +8,7 @@ are the forbidden evaluation titles. Results are written per shard
 (``work/retrieved/shard-NNNNN.parquet``); finished shards are skipped on resume.
 
 With ``--stage all`` the shards are retrieved by :class:`RetrieveThread` while earlier shards are being
-scored: the scoring data waits only for the shard it needs (:func:`wait_for_shard`), so BM25 and the
+scored: the scoring data waits only for the shard it needs (:func:`data_gen.shards.wait_for_shard`), so BM25 and the
 LM overlap instead of running one after the other.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Collection
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -156,14 +155,6 @@ class RetrieveThread(threading.Thread):
         except BaseException as e:  # noqa: BLE001 - reported to the waiting scorer
             self.error = e
             atomic_write_bytes(self.layout.retrieve_failed, str(e).encode())
-
-
-def wait_for_shard(path: Path, failed: Path, poll: float = 0.2) -> None:
-    """Block until stage "retrieve" has written ``path`` (raise its error if it failed)."""
-    while not path.exists():
-        if failed.exists():
-            raise BuildError(f"retrieval failed: {failed.read_text()}")
-        time.sleep(poll)
 
 
 def start_retrieve(layout: Layout, run: RunConfig, tokens, samples: pa.Table, forbidden: set[str], rank0: bool):

@@ -26,40 +26,7 @@ from ralm.scoring import DocumentEncoder, LMScorer, attach_lm, condition_on_docu
 from ralm.windows import window_ending_at
 
 from .config import RunConfig, log
-from .shards import Layout, atomic_save_npz
-
-
-def done_ids(scores_dir: Path) -> set[int]:
-    """Example ids already scored (present in a finished chunk file of ``scores_dir``)."""
-    out: set[int] = set()
-    if scores_dir.is_dir():
-        for f in sorted(scores_dir.glob("ids-*.npz")):
-            with np.load(f) as z:
-                out.update(int(i) for i in z["ids"])
-    return out
-
-
-def read_scores(scores_dir: Path) -> tuple[dict[int, tuple[np.ndarray, float]], list[str]]:
-    """id -> (candidate log-probs (n_candidates,), no-document log-prob) from all chunk files, and the
-    compute dtypes those chunks were scored in (``unrecorded``: a chunk written before the dtype was stored)."""
-    out: dict[int, tuple[np.ndarray, float]] = {}
-    dtypes: set[str] = set()
-    for f in sorted(scores_dir.glob("ids-*.npz")):
-        with np.load(f) as z:
-            ids, counts, logp = z["ids"], z["counts"], z["logprobs"]
-            dtypes.add(str(z["dtype"]) if "dtype" in z.files else "unrecorded")
-        offset = 0
-        for i, c in zip(ids.tolist(), counts.tolist()):
-            out[int(i)] = (logp[offset:offset + c].astype(np.float32), float(logp[offset + c]))
-            offset += c + 1
-    return out, sorted(dtypes)
-
-
-def write_chunk(shard_dir: Path, ids: np.ndarray, counts: np.ndarray, logprobs: np.ndarray, dtype: str) -> None:
-    """One chunk file as :func:`read_scores` reads it: ``shard_dir/ids-FIRSTID.npz`` holding each example's
-    candidate log-probs in rank order, then its no-document log-prob, with the compute dtype."""
-    atomic_save_npz(Path(shard_dir) / f"ids-{int(ids[0]):09d}.npz", ids=np.asarray(ids, np.int64),
-                    counts=np.asarray(counts, np.int64), logprobs=np.asarray(logprobs, np.float32), dtype=np.array(dtype))
+from .shards import Layout, done_ids, wait_for_shard, write_chunk
 
 
 class ChunkDataset(Dataset):
@@ -87,8 +54,6 @@ class ChunkDataset(Dataset):
 
     def _rows(self, shard: int) -> dict[int, dict]:
         if self._shard[0] != shard:
-            from .retrieve import wait_for_shard
-
             wait_for_shard(Path(self.retrieved[shard]), Path(self.failed_path))
             t = pq.read_table(self.retrieved[shard], columns=["id", "position", "doc_texts"]).to_pylist()
             self._shard = (shard, {r["id"]: r for r in t})

@@ -50,7 +50,7 @@ def export(data: str, out: str) -> str:
 
 def load_into(scores: str, out: str) -> str:
     """Place the scores of file ``scores`` in ``out``'s work directory (``out``: the same dataset, retrieved)."""
-    from .score import write_chunk
+    from .shards import write_chunk
     from .shards import Layout
 
     with np.load(scores) as z:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ralm.files import atomic_write, file_sha256
-from ralm.outputs import LOCK
+from ralm.lock import LOCK
 from ralm.schema import TRAINING_SCHEMA
 
 from .config import BuildConfig, BuildError, RunConfig, config_diff, identity_json, log
@@ -222,11 +223,53 @@ def package_versions() -> dict:
     return out
 
 
+# ---------------------------------------------------------------- score files and the retrieval hand-off
+
+def done_ids(scores_dir: Path) -> set[int]:
+    """Example ids already scored (present in a finished chunk file of ``scores_dir``)."""
+    out: set[int] = set()
+    if scores_dir.is_dir():
+        for f in sorted(scores_dir.glob("ids-*.npz")):
+            with np.load(f) as z:
+                out.update(int(i) for i in z["ids"])
+    return out
+
+
+def read_scores(scores_dir: Path) -> tuple[dict[int, tuple[np.ndarray, float]], list[str]]:
+    """id -> (candidate log-probs (n_candidates,), no-document log-prob) from all chunk files, and the
+    compute dtypes those chunks were scored in (``unrecorded``: a chunk written before the dtype was stored)."""
+    out: dict[int, tuple[np.ndarray, float]] = {}
+    dtypes: set[str] = set()
+    for f in sorted(scores_dir.glob("ids-*.npz")):
+        with np.load(f) as z:
+            ids, counts, logp = z["ids"], z["counts"], z["logprobs"]
+            dtypes.add(str(z["dtype"]) if "dtype" in z.files else "unrecorded")
+        offset = 0
+        for i, c in zip(ids.tolist(), counts.tolist()):
+            out[int(i)] = (logp[offset:offset + c].astype(np.float32), float(logp[offset + c]))
+            offset += c + 1
+    return out, sorted(dtypes)
+
+
+def write_chunk(shard_dir: Path, ids: np.ndarray, counts: np.ndarray, logprobs: np.ndarray, dtype: str) -> None:
+    """One chunk file as :func:`read_scores` reads it: ``shard_dir/ids-FIRSTID.npz`` holding each example's
+    candidate log-probs in rank order, then its no-document log-prob, with the compute dtype."""
+    atomic_save_npz(Path(shard_dir) / f"ids-{int(ids[0]):09d}.npz", ids=np.asarray(ids, np.int64),
+                    counts=np.asarray(counts, np.int64), logprobs=np.asarray(logprobs, np.float32), dtype=np.array(dtype))
+
+
+def wait_for_shard(path: Path, failed: Path, poll: float = 0.2) -> None:
+    """Block until stage "retrieve" has written ``path`` (raise its error if it failed)."""
+    while not path.exists():
+        if failed.exists():
+            raise BuildError(f"retrieval failed: {failed.read_text()}")
+        time.sleep(poll)
+
+
 def assemble_shard(layout: Layout, s: int, tokens, tokenizer, window: int) -> bool:
     """Write final shard ``s`` from its retrieval and score files if all its examples are scored."""
     from ralm.windows import window_ending_at
 
-    from .score import read_scores  # score imports this module
 
     build = layout.build
     if layout.shard(s).exists():

@@ -74,8 +74,8 @@ def cosine_flags(fit_yaml: Path) -> list[str]:
     import yaml
 
     m = yaml.safe_load(fit_yaml.read_text())["model"]
-    return ["--ranker.model", str(m["encoder"]), "--ranker.prefix_tokens", str(m["max_prefix_tokens"]),
-            "--ranker.passage_tokens", str(m["max_passage_tokens"])]
+    return ["--ranker.model", str(m["encoder"]), "--ranker.input.max_prefix_tokens", str(m["input"]["max_prefix_tokens"]),
+            "--ranker.input.max_passage_tokens", str(m["input"]["max_passage_tokens"])]
 
 
 def seed_names(seeds: list[int], config_seed: int) -> dict[int, tuple[str, str]]:

@@ -24,7 +24,7 @@ from ralm.settings import InputError
 
 
 def load_run(d: Path) -> dict:
-    from eval.outputs import read_complete
+    from eval.results import read_complete
 
     res = read_complete(d)
     if res is None:

@@ -1,4 +1,4 @@
-"""``python -m eval.generate``: In-Context RALM generation with a reranker (:mod:`ralm.generate`).
+"""``python -m eval.generate``: In-Context RALM generation with a reranker (:mod:`ralm.generation`).
 
     python -m eval.generate --model smollm2-135m --retrieval.index runs/real/corpus/index \\
         --reranker runs/real/rerankers/bi_bm25-seed0 --prompt " = Robert Boulter = \\n \\n Robert Boulter is" \\
@@ -21,8 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from eval.ppl import Ranker
-from ralm.settings import InputError, Retrieval, Scoring, Windows
+from ralm.settings import InputError, Ranker, Retrieval, Scoring, Windows
 
 
 def generate(prompt: str | None = None, prompts_file: str | None = None, model: str = "gpt2",
@@ -52,7 +51,7 @@ def generate(prompt: str | None = None, prompts_file: str | None = None, model: 
         verbose: Show library and Java logging.
     """
     from ralm.cli import quiet_libraries
-    from ralm.generate import Decoding
+    from ralm.generation import Decoding
 
     quiet_libraries(verbose)
     prompts = _read_prompts(prompt, prompts_file)
@@ -101,11 +100,11 @@ def _open(model, reranker, retrieval: Retrieval, windows: Windows, ranker: Ranke
     if reranker in ("zero-shot", "oracle"):
         raise InputError(f"--reranker {reranker}: ranks with LM scores of future tokens and is not offered for "
                          "generation; use none, bm25, random, cosine or a trained reranker")
-    from eval.ppl import _check_reranker, make_selector
+    from eval.rerankers import check_reranker, make_selector
     from ralm.models import load_causal_lm
     from ralm.scoring import context_length, input_device
 
-    uses_docs = _check_reranker(reranker, ranker)
+    uses_docs = check_reranker(reranker, ranker)
     if uses_docs and not retrieval.index:
         raise InputError(f"--reranker {reranker} needs --retrieval.index (a Lucene index of passages)")
     lm, tok = load_causal_lm(model, device)
@@ -124,7 +123,7 @@ def _open(model, reranker, retrieval: Retrieval, windows: Windows, ranker: Ranke
 
 def _generate_batches(opened: _Opened, prompts, retrieval: Retrieval, decoding, batch_size: int) -> list[dict]:
     """Generations as JSON-ready rows; one prompt streams its text to stdout, several print a line each."""
-    from ralm.generate import generate as ralm_generate
+    from ralm.generation import generate as ralm_generate
 
     stream = (lambda b, text: print(text, end="", flush=True)) if len(prompts) == 1 else None
     rows = []

@@ -1,6 +1,6 @@
-"""``python -m eval.qa``: open-domain QA with a frozen LM and a reranker (:mod:`ralm.qa`), exact match and F1.
+"""``python -m eval.qa``: open-domain QA with a frozen LM and a reranker (:mod:`ralm.open_qa`), exact match and F1.
 
-    python -m demo.qa --world demo_out/world --out demo_out/qa/eval.jsonl        # the demo world's QA set
+    python -m demo.questions --world demo_out/world --out demo_out/qa/eval.jsonl        # the demo world's QA set
     python -m eval.qa --questions demo_out/qa/eval.jsonl --model smollm2-135m \\
         --retrieval.index demo_out/corpus/index --reranker bm25 --output_dir runs/qa/bm25
     python -m eval.qa --questions nq-test-dpr.json --model gpt2 --reranker none   # the reference's DPR layout
@@ -18,8 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from eval.ppl import Ranker
-from ralm.settings import InputError, Retrieval, Scoring, Windows
+from ralm.settings import InputError, Ranker, Retrieval, Scoring, Windows
 
 LM_RERANKERS = ("zero-shot", "oracle")
 
@@ -42,16 +41,16 @@ def qa(questions: str, model: str = "gpt2", reranker: str = "bm25", retrieval: R
         seed: Seed of the random reranker.
         verbose: Show library and Java logging.
     """
-    from eval.ppl import _check_reranker, make_selector
+    from eval.rerankers import check_reranker, make_selector
     from ralm.cli import quiet_libraries
     from ralm.models import load_causal_lm
-    from ralm.qa import NO_DOC_PROMPT, PROMPT, answer, choose, contains_answer, exact_match, f1, read_questions
+    from ralm.open_qa import NO_DOC_PROMPT, PROMPT, answer, choose, contains_answer, exact_match, f1, read_questions
 
     quiet_libraries(verbose)
     t0 = time.time()
     qs = read_questions(questions)
     out = Path(output_dir or f"runs/qa/{Path(reranker).name}")
-    uses_docs = reranker in LM_RERANKERS or _check_reranker(reranker, ranker)
+    uses_docs = reranker in LM_RERANKERS or check_reranker(reranker, ranker)
     needs_search = uses_docs and any(q.ctxs is None for q in qs)
     if needs_search and not retrieval.index:
         raise InputError(f"--reranker {reranker} needs passages: pass --retrieval.index or questions with \"ctxs\"")

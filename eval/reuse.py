@@ -38,7 +38,7 @@ class ReusedScores:
         """The finished ``eval.ppl`` runs in ``dirs``, each checked against this run's ``identity``."""
         import pyarrow.parquet as pq
 
-        from eval.outputs import CANDIDATES, read_complete
+        from eval.results import CANDIDATES, read_complete
 
         scores: dict[tuple[int, str], np.ndarray] = {}
         for d in map(Path, dirs):

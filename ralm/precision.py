@@ -6,7 +6,7 @@ supports it and on a CPU that runs bf16 natively (oneDNN reports bf16 support *a
 BF16 or AMX-BF16), float32 everywhere else. Why the CPU check is strict: on an AVX2-only CPU bf16
 autocast falls back to slow kernels (one MiniLM training step 13x slower than float32), and oneDNN
 alone also reports support on AVX-512 CPUs that only emulate bf16. An explicit setting always wins.
-``python bench/precision.py`` measures the choice on the machine at hand.
+``python bench/bf16_speed.py`` measures the choice on the machine at hand.
 """
 
 from __future__ import annotations

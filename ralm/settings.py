@@ -109,6 +109,9 @@ class Retrieval:
                    "the query is taken from the prefix the LM reads; lower --retrieval.query_tokens"], "retrieval")
 
 
+#: What ``--reranker`` takes besides the path of a trained reranker (eval.rerankers builds them).
+RERANKER_NAMES = ("none", "bm25", "first", "random", "zero-shot", "oracle", "cosine")
+
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # Accelerate's placement strategies
 
 
@@ -210,6 +213,57 @@ class Devices:
             devices = 1
         return {"accelerator": self.accelerator, "devices": devices, "num_nodes": self.num_nodes,
                 "strategy": self.strategy}
+
+
+@dataclass(frozen=True)
+class EncoderInput:
+    """What a reranker's encoder reads of a (prefix, passage) pair: one group wherever a reranker is built or
+    used (``reranking.fit``'s ``--model.input``, ``eval.ppl``'s ``--ranker.input`` for cosine), and recorded
+    in every export, so that evaluation reads what training read.
+
+    Args:
+        max_prefix_tokens: Encoder tokens kept from the END of the prefix (the text next to the targets); the
+            rest of the prefix is cut from the left. Special tokens included for a bi-encoder.
+        max_passage_tokens: Bi-encoder: encoder tokens kept from the START of the passage ("title\\ntext").
+        max_length: Cross-encoder: tokens per (prefix, passage) pair, special tokens included (RoBERTa: at
+            most 512); the passage gets what the prefix leaves.
+        drop: Strings removed from every prefix and passage before the encoder reads them (the LM still reads
+            the passage as stored), e.g. ["<unk>"] for a training text that has them and evaluated text that
+            does not.
+    """
+
+    max_prefix_tokens: int = 256
+    max_passage_tokens: int = 256
+    max_length: int = 512
+    drop: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "drop", list(self.drop or []))
+        p = [f"--input.{n} must be >= 1 (got {getattr(self, n)})" for n in ("max_prefix_tokens", "max_passage_tokens",
+                                                                             "max_length") if getattr(self, n) < 1]
+        if not all(isinstance(t, str) and t for t in self.drop):
+            p.append(f"--input.drop {self.drop!r} must hold non-empty strings")
+        _fail(p, "input")
+
+
+@dataclass(frozen=True)
+class Ranker:
+    """Settings of the rerankers that run a model of their own.
+
+    Args:
+        model: zero-shot: a separate causal LM that ranks (its tokenizer may differ; default: the evaluated
+            LM). cosine: the sentence encoder (required), e.g. minilm-l6.
+        input: cosine: what the encoder reads of prefix and passage (to compare with a bi-encoder trained
+            from the same encoder, give its --model.input; a trained reranker reads what its export records).
+        batch_size: (prefix, passage) pairs per forward of a predictive or cosine reranker.
+    """
+
+    model: str | None = None
+    input: EncoderInput = EncoderInput()
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        _fail(_positive(self, "ranker", ("batch_size",)), "ranker")
 
 
 def as_dict(obj) -> dict:

@@ -9,8 +9,8 @@ Library use::
 
 
 def load(path, device="cpu", batch_size: int = 64):
-    """A trained reranker (:class:`reranking.selector.PredictiveSelector`) from an export directory or a
+    """A trained reranker (:class:`reranking.encoder_selectors.PredictiveSelector`) from an export directory or a
     ``reranking.fit`` checkpoint; ``.rank(prefix, passages)`` gives scores and order."""
-    from reranking.selector import PredictiveSelector
+    from reranking.encoder_selectors import PredictiveSelector
 
     return PredictiveSelector.from_path(path, device=device, batch_size=batch_size)

@@ -1,11 +1,19 @@
-"""Callbacks of reranker runs: checkpointing, and progress that a log file shows."""
+"""Callbacks of reranker runs: checkpoints that describe themselves and resume exactly, and progress that a
+log file shows."""
 
 from __future__ import annotations
 
 import sys
 import time
 
+import numpy as np
+import torch
+from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from ralm.progress import Progress
+from reranking.export import CKPT_META_KEY, checkpoint_meta
 
 
 class RerankerCheckpoint(ModelCheckpoint):
@@ -32,6 +40,38 @@ class RerankerCheckpoint(ModelCheckpoint):
         super().on_train_end(trainer, pl_module)
         self._refresh_last(trainer)
 
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """A fit stopped by SIGTERM (a scheduler's time limit, ``kill``) or Ctrl-C keeps ``last.ckpt`` at the
+        step it was on, so that the same command continues from there."""
+        if isinstance(exception, (SIGTERMException, KeyboardInterrupt)) and trainer.state.fn == "fit":
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
+class RerankerState(Callback):
+    """Every checkpoint carries the reranker's self-description (:func:`reranking.export.checkpoint_meta`:
+    ``eval.ppl --reranker X.ckpt`` needs nothing else) and the random state, so that a resumed run draws the
+    dropout masks the uninterrupted one would have. (numpy's key array is stored as a tensor: checkpoints stay
+    loadable with ``torch.load(weights_only=True)``.)"""
+
+    def __init__(self):
+        self._meta = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        if self._meta is None:  # the tokenizer's files and the config do not change during a run
+            self._meta = checkpoint_meta(pl_module)
+        checkpoint[CKPT_META_KEY] = self._meta
+        states = _collect_rng_states(include_cuda=torch.cuda.is_available())
+        name, keys, pos, has_gauss, gauss = states["numpy"]
+        states["numpy"] = (name, torch.from_numpy(keys.astype("int64")), pos, has_gauss, gauss)
+        checkpoint["rng_states"] = states
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        if "rng_states" in checkpoint:
+            states = dict(checkpoint["rng_states"])
+            name, keys, pos, has_gauss, gauss = states["numpy"]
+            states["numpy"] = (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss)
+            _set_rng_states(states)
+
 
 class LogProgress(Callback):
     """Training progress that a log file shows, and TensorBoard events on disk at least every ``interval`` s.
@@ -47,8 +87,6 @@ class LogProgress(Callback):
         self.tty = sys.stderr.isatty()
 
     def on_train_start(self, trainer, pl_module) -> None:
-        from ralm.progress import Progress
-
         self.progress = Progress(max(trainer.max_steps, 1), "fit", "steps", enabled=not self.tty and
                                  trainer.is_global_zero, interval=self.interval, initial=trainer.global_step)
         self.progress._bar = None  # lines only: on a terminal Lightning's own bar is shown

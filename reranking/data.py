@@ -17,9 +17,13 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from datasets import load_dataset
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader
 
+from ralm.models import load_tokenizer
 from ralm.schema import TRAINING_COLUMNS
+from ralm.settings import InputError, SettingsError
 from reranking.inputs import InputFormat
 
 REQUIRED_COLUMNS = tuple(c for c in TRAINING_COLUMNS if c != "nodoc_logprob")
@@ -158,18 +162,16 @@ class ResumableLoader(DataLoader):
 class RerankDataModule(pl.LightningDataModule):
     """Parquet shards → train / validation loaders of (example, candidates) batches.
 
+    What the collator feeds the encoder (tokenizer, :class:`~reranking.inputs.InputFormat`) is the model's:
+    under ``reranking.fit`` it is taken from the LightningModule being trained, so it has one source (the
+    ``--model.*`` settings); used on its own, :meth:`reading` sets it.
+
     Args:
         data_dir: directory with ``*.parquet`` shards (and ``manifest.json``) written by ``data_gen``.
-        tokenizer: encoder tokenizer name or directory (the CLI links it to ``--model.encoder``).
         val_fraction: share of examples held out for validation, chosen by hashing the example id.
         split_seed: seed of that hash; the split does not depend on row order or sharding.
         batch_size: examples per (micro-)batch, each with its up-to-k candidates.
         max_candidates: keep at most this many candidates per example (BM25 order); ``None`` = all.
-        max_length: tokens per pair (the CLI links it to ``--model.max_length``).
-        max_prefix_tokens: prefix tokens kept from the end (the CLI links it to ``--model.max_prefix_tokens``).
-        architecture: ``cross`` or ``bi`` (the CLI links it to ``--model.architecture``).
-        max_passage_tokens: bi-encoder passage tokens (the CLI links it to ``--model.max_passage_tokens``).
-        drop: strings the reranker does not read (the CLI links it to ``--model.drop``).
         num_workers: DataLoader worker processes (tokenization runs there).
         val_batch_size: examples per validation batch (default: ``batch_size``).
         shuffle_seed: seed of the training order (epoch e's order depends only on it and e); ``None``
@@ -177,14 +179,10 @@ class RerankDataModule(pl.LightningDataModule):
             set), so that a training seed varies the data order as well as dropout masks and new weights.
     """
 
-    def __init__(self, data_dir: str, tokenizer: str = "roberta-base", val_fraction: float = 0.02,
-                 split_seed: int = 0, batch_size: int = 32, max_candidates: int | None = 16,
-                 max_length: int = 512, max_prefix_tokens: int = 256, num_workers: int = 2,
-                 val_batch_size: int | None = None, shuffle_seed: int | None = None, architecture: str = "cross",
-                 max_passage_tokens: int = 256, drop: list[str] | None = None):
+    def __init__(self, data_dir: str, val_fraction: float = 0.02, split_seed: int = 0, batch_size: int = 32,
+                 max_candidates: int | None = 16, num_workers: int = 2, val_batch_size: int | None = None,
+                 shuffle_seed: int | None = None):
         super().__init__()
-        from ralm.settings import SettingsError
-
         if not 0.0 < val_fraction < 1.0:
             raise SettingsError(f"--data.val_fraction {val_fraction} must be in (0, 1), e.g. 0.02")
         if batch_size < 1:
@@ -192,25 +190,30 @@ class RerankDataModule(pl.LightningDataModule):
         if max_candidates is not None and max_candidates < 1:
             raise SettingsError(f"--data.max_candidates {max_candidates} must be >= 1 or null")
         self.save_hyperparameters()
-        self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
-                               architecture=architecture, max_passage_tokens=max_passage_tokens,
-                               drop=drop)
+        self.fmt: InputFormat | None = None
         self.train_ds = self.val_ds = None
         self._tokenizer = None
 
+    def reading(self, tokenizer, fmt: InputFormat) -> "RerankDataModule":
+        """Outside ``reranking.fit``: batches for a reranker with this tokenizer (a name, a directory or a loaded
+        tokenizer) and input format."""
+        self._tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
+        self.fmt = fmt
+        return self
+
+    def _model_reads(self) -> None:
+        if self.fmt is None:
+            system = self.trainer.lightning_module if self.trainer is not None else None
+            if system is None:
+                raise RuntimeError("RerankDataModule: no model to read the format of; call .reading(tokenizer, fmt)")
+            self.reading(system.tokenizer, system.fmt)
+
     @property
     def tokenizer(self):
-        if self._tokenizer is None:
-            from ralm.models import load_tokenizer
-
-            self._tokenizer = load_tokenizer(self.hparams.tokenizer)
+        self._model_reads()
         return self._tokenizer
 
     def _load(self):
-        from datasets import load_dataset
-
-        from ralm.settings import InputError
-
         try:
             ds = load_dataset("parquet", data_files=parquet_files(self.hparams.data_dir), split="train")
         except (OSError, ValueError) as e:
@@ -225,7 +228,7 @@ class RerankDataModule(pl.LightningDataModule):
 
     def prepare_data(self):
         self._load()  # builds the datasets cache once (rank 0) before every rank reads it in setup()
-        self.tokenizer  # noqa: B018  (fetches the tokenizer files once)
+        self._model_reads()  # fetches the tokenizer files once
 
     def setup(self, stage: str | None = None):
         if self.train_ds is not None:
@@ -233,15 +236,14 @@ class RerankDataModule(pl.LightningDataModule):
         ds = self._load()
         val = is_validation(np.asarray(ds["id"]), self.hparams.val_fraction, self.hparams.split_seed)
         if val.all() or not val.any():
-            from ralm.settings import SettingsError
-
             raise SettingsError(f"val_fraction={self.hparams.val_fraction} of {len(ds)} examples leaves an empty "
                              "train or validation split; change --data.val_fraction")
         self.train_ds = ds.select(np.flatnonzero(~val))
         self.val_ds = ds.select(np.flatnonzero(val))
 
     def collator(self, padding: str = "longest") -> RerankCollator:
-        return RerankCollator(self.tokenizer, self.fmt, self.hparams.max_candidates, padding=padding)
+        self._model_reads()
+        return RerankCollator(self._tokenizer, self.fmt, self.hparams.max_candidates, padding=padding)
 
     def shuffle_seed(self) -> int:
         """The training order's seed: ``--data.shuffle_seed``, else the seed ``seed_everything`` set (which
@@ -265,10 +267,6 @@ class RerankDataModule(pl.LightningDataModule):
         if trainer is not None and trainer.world_size > 1:
             # Each example exactly once across ranks (the default sampler repeats some to even out the
             # ranks, which would double-count them in the summed metrics).
-            from lightning.pytorch.overrides.distributed import (
-                UnrepeatedDistributedSampler,
-            )
-
             sampler = UnrepeatedDistributedSampler(self.val_ds, num_replicas=trainer.world_size,
                                                    rank=trainer.global_rank, shuffle=False)
         return DataLoader(self.val_ds, batch_size=self.hparams.val_batch_size or self.hparams.batch_size,

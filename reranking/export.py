@@ -61,6 +61,18 @@ def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path, train
     return out
 
 
+def checkpoint_meta(system) -> dict:
+    """What a checkpoint needs to rebuild ``system``'s reranker with no training config and no download
+    (stored under :data:`CKPT_META_KEY`; :func:`load_reranker` reads it back)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        system.tokenizer.save_pretrained(tmp)
+        files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
+    return {"format": FORMAT, "version": 1, "encoder": system.hparams.encoder,
+            "encoder_config": system.model.config.to_json_string(), "input_format": system.fmt.to_dict(),
+            "tokenizer_files": files, "cosine_temperature": getattr(system.model, "temperature", None),
+            "frozen_passages": getattr(system.model, "frozen_passages", False)}
+
+
 def read_checkpoint(path: Path, flag: str = "") -> dict:
     """A reranking.fit checkpoint's dict, read without unpickling code (``weights_only``); a truncated,
     corrupt or foreign file is one :class:`InputError` naming ``flag`` and the path."""

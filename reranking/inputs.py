@@ -1,6 +1,6 @@
 """How a (prefix, passage) pair becomes cross-encoder input — the one place that decides it.
 
-Training (the collator in :mod:`reranking.data`) and evaluation (:class:`reranking.selector.PredictiveSelector`)
+Training (the collator in :mod:`reranking.data`) and evaluation (:class:`reranking.encoder_selectors.PredictiveSelector`)
 both call :func:`encode_pairs`, so the reranker always sees the same format:
 
 ``<s> prefix_tail </s></s> passage_head </s>`` (the encoder's own pair template), where
@@ -17,58 +17,55 @@ their longest pair (``padding="longest"``), or to ``max_length`` for comparison 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Sequence
 
 import torch
 
+from ralm.settings import EncoderInput, SettingsError
+
 
 @dataclass(frozen=True)
-class InputFormat:
-    """Input-format settings of a reranker; saved with every export so evaluation reproduces training."""
+class InputFormat(EncoderInput):
+    """An :class:`~ralm.settings.EncoderInput` with the architecture and the prior its scores get: all that
+    evaluation needs to read a pair as training did. Saved with every export and checkpoint."""
 
-    max_length: int = 512
-    """Total encoder tokens per pair, special tokens included (RoBERTa: at most 512). Cross-encoder only."""
-    max_prefix_tokens: int = 256
-    """Encoder tokens kept from the end of the prefix (cross: the passage gets the rest of
-    ``max_length``; bi: the query's length, special tokens included)."""
     architecture: str = "cross"
     """``cross`` (one pair per encoder input) or ``bi`` (prefix and passage embedded separately)."""
-    max_passage_tokens: int = 256
-    """Bi-encoder only: encoder tokens kept from the start of the passage, special tokens included."""
     bm25_weight: float = 0.0
     """Score = f(x, d) + ``bm25_weight`` × the candidate's BM25 score: the first stage's ranking as a fixed
     prior that training learns a correction to (0: the paper's reranker, which sees the text alone)."""
-    drop: tuple[str, ...] = ()
-    """Strings removed from every prefix and passage before the encoder reads them, in training and
-    evaluation alike (the LM still reads the passage as stored). WikiText-2 train exists here only with
-    ``<unk>``, raw test text has none: a reranker that reads it learns to prefer passages holding it."""
 
     def __post_init__(self):
-        object.__setattr__(self, "drop", tuple(self.drop or ()))
+        super().__post_init__()
+        object.__setattr__(self, "drop", tuple(self.drop))
         problems = []
-        if not all(isinstance(t, str) and t for t in self.drop):
-            problems.append(f"drop={list(self.drop)!r} must hold non-empty strings (--model.drop)")
         if self.architecture not in ("cross", "bi"):
             problems.append(f"architecture={self.architecture!r} must be 'cross' or 'bi' (--model.architecture)")
-        if self.max_prefix_tokens < 1:
-            problems.append(f"max_prefix_tokens={self.max_prefix_tokens} must be >= 1")
         if not 0 <= self.bm25_weight < float("inf"):
             problems.append(f"bm25_weight={self.bm25_weight} must be finite and >= 0 (--model.bm25_weight)")
         if self.architecture == "bi":
             if self.max_passage_tokens < 3:
                 problems.append(f"max_passage_tokens={self.max_passage_tokens} must be >= 3 "
-                                "(--model.max_passage_tokens)")
+                                "(--model.input.max_passage_tokens)")
         elif self.max_length < 8:
-            problems.append(f"max_length={self.max_length} is too small; use e.g. --model.max_length 512")
+            problems.append(f"max_length={self.max_length} is too small; use e.g. --model.input.max_length 512")
         elif self.max_prefix_tokens >= self.max_length - 4:
             problems.append(
                 f"max_prefix_tokens={self.max_prefix_tokens} leaves no room for the passage within "
-                f"max_length={self.max_length}; lower --model.max_prefix_tokens (e.g. to max_length // 2)")
+                f"max_length={self.max_length}; lower --model.input.max_prefix_tokens (e.g. to max_length // 2)")
         if problems:
-            from ralm.settings import SettingsError
-
             raise SettingsError("InputFormat: " + "; ".join(problems))
+
+    @classmethod
+    def of(cls, input: EncoderInput, architecture: str, bm25_weight: float = 0.0) -> "InputFormat":
+        """The format of a reranker of ``architecture`` that reads ``input``."""
+        return cls(**asdict(input), architecture=architecture, bm25_weight=bm25_weight)
+
+    @property
+    def input(self) -> EncoderInput:
+        """What the encoder reads, without the architecture and the prior."""
+        return EncoderInput(**{f.name: getattr(self, f.name) for f in fields(EncoderInput)})
 
     @property
     def longest(self) -> int:
@@ -102,17 +99,14 @@ class InputFormat:
                 "passage_input_ids": d["input_ids"], "passage_attention_mask": d["attention_mask"],
                 "pair_query": torch.as_tensor(list(pair_prefix), dtype=torch.long)}
 
-    def check_encoder(self, max_position_embeddings: int | None, offset: int = 0, name: str = "encoder") -> None:
-        """Raise if the encoder cannot take the longest input (RoBERTa reserves 2 of its 514 positions)."""
-        if max_position_embeddings is not None and self.longest > max_position_embeddings - offset:
-            from ralm.settings import SettingsError
-
+    def check_encoder(self, limit: int | None, name: str = "encoder") -> None:
+        """Raise if the encoder cannot take the longest input (``limit``: its
+        :func:`~reranking.model.max_input_tokens`; None: no limit known)."""
+        if limit is not None and self.longest > limit:
             flag = ("max_length" if self.architecture == "cross" else
                     "max_prefix_tokens" if self.max_prefix_tokens >= self.max_passage_tokens else "max_passage_tokens")
-            raise SettingsError(
-                f"{flag}={getattr(self, flag)} exceeds what {name} supports "
-                f"({max_position_embeddings - offset} positions); set --model.{flag} "
-                f"{max_position_embeddings - offset} or lower")
+            raise SettingsError(f"{flag}={getattr(self, flag)} exceeds what {name} supports ({limit} positions); set "
+                                f"--model.input.{flag} {limit} or lower")
 
 
 def without(texts: Sequence[str], drop: Sequence[str]) -> list[str]:

@@ -216,6 +216,17 @@ class BiEncoder(nn.Module):
         return torch.stack([self._frozen[k] for k in keys])
 
 
+#: Encoders whose position embeddings reserve the first 2 positions (the padding index's offset).
+_OFFSET_POSITIONS = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}
+
+
+def max_input_tokens(config) -> int | None:
+    """The longest input an encoder of ``config`` takes: its position embeddings less those RoBERTa-family
+    models reserve (2 of RoBERTa's 514); None where the config sets no limit."""
+    n = getattr(config, "max_position_embeddings", None)
+    return None if n is None else n - _OFFSET_POSITIONS.get(config.model_type, 0)
+
+
 def make_model(architecture: str, encoder: str | None = None, pretrained: bool = True, config=None,
                temperature: float | None = None, passage_grad: bool = True,
                attention_dropout: float | None = None, frozen_passages: bool = False,

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import math
-import tempfile
-from pathlib import Path
+from dataclasses import asdict, dataclass
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 from torchmetrics import SumMetric
 from torchmetrics.functional.retrieval import retrieval_normalized_dcg
+from transformers import get_linear_schedule_with_warmup
 
-from reranking.export import CKPT_META_KEY
+from ralm.models import load_tokenizer
+from ralm.settings import EncoderInput, SettingsError
+from reranking.export import load_reranker
 from reranking.inputs import InputFormat
 from reranking.loss import DistillationLoss, ExpectedNLLLoss, MarginalLikelihoodLoss
-from reranking.model import make_model
+from reranking.model import make_model, max_input_tokens
 
 MONITOR = "val/nll_reranker"
 LOSSES = ("marginal", "distill", "expected")
@@ -40,27 +41,51 @@ def reciprocal_rank(scores: torch.Tensor, relevant: torch.Tensor, mask: torch.Te
     return rr.max(dim=1).values  # 1 / position of the first hit (positions increase along the row)
 
 
+@dataclass(frozen=True)
+class Optimizer:
+    """AdamW with linear warm-up and linear decay to 0 (the paper's schedule).
+
+    Args:
+        lr: Peak learning rate.
+        weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
+        warmup_steps: Optimizer steps of linear warm-up from 0 to lr; then linear decay to 0.
+        total_steps: Length of the schedule in optimizer steps (default: the trainer's max_steps).
+    """
+
+    lr: float = 1e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 1000
+    total_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.lr > 0:
+            problems.append(f"--model.optimizer.lr {self.lr} must be > 0")
+        if self.warmup_steps < 0:
+            problems.append(f"--model.optimizer.warmup_steps {self.warmup_steps} must be >= 0")
+        if self.total_steps is not None and self.total_steps <= self.warmup_steps:
+            problems.append(f"--model.optimizer.total_steps {self.total_steps} must exceed warmup_steps "
+                            f"{self.warmup_steps}")
+        if problems:
+            raise SettingsError("invalid optimizer settings: " + "; ".join(problems))
+
+
 class RerankerSystem(pl.LightningModule):
     """Trains f(x, d) so that softmax(f) over BM25's k candidates puts mass where the LM is helped most.
+
+    The model (:mod:`reranking.model`), the loss (:mod:`reranking.loss`) and the optimiser; what a checkpoint
+    records about the reranker and the random state are :class:`reranking.callbacks.RerankerState`'s.
 
     Args:
         encoder: encoder hub name or local directory (``roberta-base`` in the paper).
         pretrained: start from the encoder's pretrained weights (``False``: random init, for tests).
         architecture: ``cross`` (the paper's cross-encoder) or ``bi`` (cosine of mean-pooled
             embeddings / ``cosine_temperature``; untrained, it ranks as ``eval.ppl --reranker cosine``).
-        max_length: cross: encoder tokens per (prefix, passage) pair, special tokens included.
-        max_prefix_tokens: encoder tokens kept from the end of the prefix.
-        max_passage_tokens: bi: encoder tokens kept from the start of the passage.
-        loss: ``"marginal"`` (marginal likelihood, the paper's), ``"distill"`` (KL to softmax(lm/τ)) or
-            ``"expected"`` (the targets' expected NLL under softmax(f), :class:`reranking.loss.ExpectedNLLLoss`).
-        temperature: τ of the distillation target (``loss="distill"`` only).
-        lr: peak learning rate (AdamW).
-        weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
-        warmup_steps: optimizer steps of linear warm-up from 0 to ``lr``; then linear decay to 0.
-        total_steps: length of the schedule in optimizer steps; default: the trainer's ``max_steps``.
-        cosine_temperature: bi: τ dividing the cosine (cosines lie in [-1, 1]; the loss needs wider logits).
+        input: what the encoder reads of prefix and passage (lengths, dropped strings); the data module
+            reads the same (:class:`~ralm.settings.EncoderInput`).
         bm25_weight: the score is f(x, d) + ``bm25_weight`` × BM25(x, d), a fixed prior that training
             corrects (0: the paper's reranker; see :class:`reranking.inputs.InputFormat`).
+        cosine_temperature: bi: τ dividing the cosine (cosines lie in [-1, 1]; the loss needs wider logits).
         passage_grad: bi: ``False`` trains through the prefix's embedding only (passages embedded by the
             same encoder without a gradient or dropout; a fraction of a step's cost, ``bench/fit_step.py``).
         frozen_passages: bi: passages embedded by a frozen copy of the starting encoder, each computed once and
@@ -71,70 +96,57 @@ class RerankerSystem(pl.LightningModule):
         hidden_dropout: the encoder's dropout on hidden states (``None``: its config's, 0.1 for MiniLM), drawn
             twice a layer over every token; on a CPU the largest cost besides the matrix products once
             attention dropout is off.
-        drop: strings the reranker never reads, in training and in every use of its export (e.g.
-            ``["<unk>"]`` for WikiText-2 train; :attr:`reranking.inputs.InputFormat.drop`).
         init_from: a reranker export (encoder *and* head, e.g. one pretrained on other data) whose
             weights to start from; its architecture must be ``encoder``'s. Use ``pretrained: false``.
+        loss: ``"marginal"`` (marginal likelihood, the paper's), ``"distill"`` (KL to softmax(lm/τ)) or
+            ``"expected"`` (the targets' expected NLL under softmax(f), :class:`reranking.loss.ExpectedNLLLoss`).
+        temperature: τ of the distillation target (``loss="distill"`` only).
+        optimizer: AdamW's learning rate, weight decay and schedule.
     """
 
-    def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, max_length: int = 512,
-                 max_prefix_tokens: int = 256, loss: str = "marginal", temperature: float = 1.0,
-                 lr: float = 1e-5, weight_decay: float = 0.01, warmup_steps: int = 1000,
-                 total_steps: int | None = None, init_from: str | None = None, architecture: str = "cross",
-                 max_passage_tokens: int = 256, cosine_temperature: float = 0.05, bm25_weight: float = 0.0,
-                 passage_grad: bool = True, attention_dropout: float | None = None,
-                 drop: list[str] | None = None, frozen_passages: bool = False,
-                 hidden_dropout: float | None = None):
+    def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, architecture: str = "cross",
+                 input: EncoderInput = EncoderInput(), bm25_weight: float = 0.0, cosine_temperature: float = 0.05,
+                 passage_grad: bool = True, frozen_passages: bool = False, attention_dropout: float | None = None,
+                 hidden_dropout: float | None = None, init_from: str | None = None, loss: str = "marginal",
+                 temperature: float = 1.0, optimizer: Optimizer = Optimizer()):
         super().__init__()
-        problems = []
+        input = input if isinstance(input, EncoderInput) else EncoderInput(**input)  # hparams of a checkpoint
+        optimizer = optimizer if isinstance(optimizer, Optimizer) else Optimizer(**optimizer)
         if loss not in LOSSES:
-            problems.append(f"loss={loss!r} must be one of {', '.join(map(repr, LOSSES))} (--model.loss)")
-        if not lr > 0:
-            problems.append(f"lr={lr} must be > 0 (--model.lr)")
-        if warmup_steps < 0:
-            problems.append(f"warmup_steps={warmup_steps} must be >= 0 (--model.warmup_steps)")
-        if total_steps is not None and total_steps <= warmup_steps:
-            problems.append(f"total_steps={total_steps} must exceed warmup_steps={warmup_steps}")
-        if problems:
-            from ralm.settings import SettingsError
-
-            raise SettingsError("RerankerSystem: " + "; ".join(problems))
-        self.save_hyperparameters()
-        self.fmt = InputFormat(max_length=max_length, max_prefix_tokens=max_prefix_tokens,
-                               architecture=architecture, max_passage_tokens=max_passage_tokens,
-                               bm25_weight=bm25_weight, drop=drop)
+            raise SettingsError(f"RerankerSystem: loss={loss!r} must be one of {', '.join(map(repr, LOSSES))} "
+                                "(--model.loss)")
+        # plain values only: checkpoints are read with torch.load(weights_only=True)
+        self.save_hyperparameters({"encoder": encoder, "pretrained": pretrained, "architecture": architecture,
+                                   "input": asdict(input), "bm25_weight": bm25_weight,
+                                   "cosine_temperature": cosine_temperature, "passage_grad": passage_grad,
+                                   "frozen_passages": frozen_passages, "attention_dropout": attention_dropout,
+                                   "hidden_dropout": hidden_dropout, "init_from": init_from, "loss": loss,
+                                   "temperature": temperature, "optimizer": asdict(optimizer)})
+        self.optim = optimizer
+        self.fmt = InputFormat.of(input, architecture, bm25_weight)
         try:
             self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature,
                                     passage_grad=passage_grad, attention_dropout=attention_dropout,
                                     frozen_passages=frozen_passages, hidden_dropout=hidden_dropout)
         except ValueError as e:
-            from ralm.settings import SettingsError
-
             raise SettingsError(f"RerankerSystem: {e}") from None
         if init_from is not None:
-            from reranking.export import load_reranker
-
             start, _, _ = load_reranker(init_from)
             try:
                 self.model.load_state_dict(start.state_dict(), strict=True)
             except RuntimeError as e:
                 raise ValueError(f"RerankerSystem: init_from={init_from!r} does not fit encoder={encoder!r} "
                                  f"(use the export's own directory as --model.encoder): {e}") from None
-        cfg = self.model.config
-        offset = 2 if cfg.model_type in ("roberta", "xlm-roberta", "camembert") else 0
-        self.fmt.check_encoder(getattr(cfg, "max_position_embeddings", None), offset, name=encoder)
+        self.fmt.check_encoder(max_input_tokens(self.model.config), name=encoder)
         self.loss_fn = (DistillationLoss(temperature) if loss == "distill"
                         else ExpectedNLLLoss() if loss == "expected" else MarginalLikelihoodLoss())
         self.val_sums = torch.nn.ModuleDict({k: SumMetric() for k in _SUMS})
         self._tokenizer = None
-        self._meta = None
 
     # ---------------------------------------------------------------- scoring
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            from ralm.models import load_tokenizer
-
             self._tokenizer = load_tokenizer(self.hparams.encoder)
         return self._tokenizer
 
@@ -169,15 +181,19 @@ class RerankerSystem(pl.LightningModule):
             if not p.requires_grad:
                 continue
             (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.hparams.weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}], lr=self.hparams.lr)
-        total = self.hparams.total_steps or self.trainer.estimated_stepping_batches
-        if not math.isfinite(total) or total <= self.hparams.warmup_steps:
+        o = self.optim
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=o.lr)
+        if o.total_steps:
+            total = o.total_steps
+        elif self.trainer.max_steps == 0:  # the untrained start: nothing steps, any schedule will do
+            total = o.warmup_steps + 1
+        else:
+            total = self.trainer.estimated_stepping_batches
+        if not math.isfinite(total) or total <= o.warmup_steps:
             raise ValueError(f"schedule length {total} optimizer steps must be finite and exceed warmup_steps="
-                             f"{self.hparams.warmup_steps}; set --trainer.max_steps or --model.total_steps")
-        from transformers import get_linear_schedule_with_warmup
-
-        sched = get_linear_schedule_with_warmup(opt, self.hparams.warmup_steps, int(total))
+                             f"{o.warmup_steps}; set --trainer.max_steps or --model.optimizer.total_steps")
+        sched = get_linear_schedule_with_warmup(opt, o.warmup_steps, int(total))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
 
     # ---------------------------------------------------------------- validation
@@ -235,40 +251,3 @@ class RerankerSystem(pl.LightningModule):
             self.log(k, v.float(), prog_bar=k in ("val/nll_reranker", "val/gap_captured"), sync_dist=True)
         for m in self.val_sums.values():
             m.reset()
-
-    # ---------------------------------------------------------------- self-description
-    def reranker_meta(self) -> dict:
-        """What a checkpoint needs to rebuild the reranker with no training config and no download."""
-        if self._meta is None:
-            files = {}
-            with tempfile.TemporaryDirectory() as tmp:
-                self.tokenizer.save_pretrained(tmp)
-                for p in sorted(Path(tmp).iterdir()):
-                    if p.is_file():
-                        files[p.name] = p.read_bytes()
-            self._meta = {"format": "ralm-reranker", "version": 1, "encoder": self.hparams.encoder,
-                          "encoder_config": self.model.config.to_json_string(),
-                          "input_format": self.fmt.to_dict(), "tokenizer_files": files,
-                          "cosine_temperature": getattr(self.model, "temperature", None),
-                          "frozen_passages": getattr(self.model, "frozen_passages", False)}
-        return self._meta
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        from lightning.fabric.utilities.seed import _collect_rng_states
-
-        checkpoint[CKPT_META_KEY] = self.reranker_meta()
-        # dropout's random state, so that a resumed run draws what the uninterrupted one would have
-        # (numpy's key array as a tensor: checkpoints stay loadable with torch.load(weights_only=True))
-        states = _collect_rng_states(include_cuda=torch.cuda.is_available())
-        name, keys, pos, has_gauss, gauss = states["numpy"]
-        states["numpy"] = (name, torch.from_numpy(keys.astype("int64")), pos, has_gauss, gauss)
-        checkpoint["rng_states"] = states
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        from lightning.fabric.utilities.seed import _set_rng_states
-
-        if "rng_states" in checkpoint:
-            states = dict(checkpoint["rng_states"])
-            name, keys, pos, has_gauss, gauss = states["numpy"]
-            states["numpy"] = (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss)
-            _set_rng_states(states)

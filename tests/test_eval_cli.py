@@ -264,7 +264,7 @@ def test_other_runs_are_never_overwritten_and_reruns_are_noops(tmp_path, tiny_gp
     err = capsys.readouterr().err
     assert "holds results of another evaluation" in err and "windows" in err
     (out / "tokens.npz").write_bytes(b"truncated")  # a damaged output never passes as complete
-    from eval.outputs import read_complete
+    from eval.results import read_complete
 
     assert read_complete(out) is None
 
@@ -313,7 +313,7 @@ def test_bad_inputs_fail_with_one_line(tmp_path, tiny_gpt2_dir, tiny_roberta_dir
 
 
 def test_help_and_print_config():
-    for mod in ("eval.ppl", "eval.retrieve", "eval.compare", "data_gen.build", "ralm.corpus", "ralm.models",
+    for mod in ("eval.ppl", "eval.retrieval_file", "eval.compare", "data_gen.build", "ralm.corpus", "ralm.models",
                 "demo.world"):
         t = time.time()
         p = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=ROOT, capture_output=True, text=True)
@@ -329,7 +329,7 @@ def test_help_and_print_config():
 
 
 def test_retrieve_cli_writes_what_eval_ppl_reads(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
-    from eval.retrieve import main as retrieve_main
+    from eval.retrieval_file import main as retrieve_main
 
     out = tmp_path / "r.json"
     assert retrieve_main(["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), "--retrieval.index",
@@ -380,7 +380,7 @@ def test_shipped_ppl_configs_parse():
 
     files = sorted((ROOT / "configs").rglob("ppl*.yaml"))
     assert {f.relative_to(ROOT).as_posix() for f in files} >= {"configs/ppl.yaml", "configs/demo/ppl.yaml",
-                                                                "configs/real/ppl.yaml"}
+                                                                "configs/wikitext2/ppl.yaml"}
     for f in files:
         kw = parse(ppl, ["--config", str(f)], "eval.ppl")
         assert kw["model"] and kw["windows"].stride > 0 and kw["retrieval"].k > 0, f
@@ -398,7 +398,7 @@ def test_each_stride_is_assigned_the_article_it_scores(tiny_gpt2_dir):
     as raw WikiText opens with, belongs to the first article instead of being a unit of one stride)."""
     from transformers import AutoTokenizer
 
-    from eval.ppl import stride_articles
+    from eval.perplexity import stride_articles
     from ralm.windows import stride_windows
 
     body = "".join(f" \n = Title {t} = \n \n" + f" word{t} and more text {t} here .\n" * 5 for t in "ABC")

@@ -15,12 +15,14 @@ PASSAGES = ["Castle\nThe castle stands on a hill above the river.", "Baker\nA ba
             "River\nThe river floods in spring, and the town was rebuilt twice."]
 
 
-def exported(tmp_path, encoder_dir, architecture, **model):
+def exported(tmp_path, encoder_dir, architecture, bm25_weight=0.0, **read):
+    from ralm.settings import EncoderInput
     from reranking.export import export
     from reranking.system import RerankerSystem
 
     torch.manual_seed(0)
-    system = RerankerSystem(encoder=str(encoder_dir), pretrained=True, architecture=architecture, **model)
+    system = RerankerSystem(encoder=str(encoder_dir), pretrained=True, architecture=architecture,
+                            bm25_weight=bm25_weight, input=EncoderInput(**read))
     return export(system, tmp_path / f"{architecture}-export")
 
 

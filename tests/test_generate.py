@@ -1,4 +1,4 @@
-"""ralm.generate against a plain transcription: one token at a time, a full forward per token, no cache,
+"""ralm.generation against a plain transcription: one token at a time, a full forward per token, no cache,
 no batching, BM25 through the search process and the document placed as evaluation places it."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def search(bm25_corpus):
 def test_greedy_bm25_generation_equals_the_plain_transcription(tiny_gpt2_dir, search, max_length):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ralm.generate import Decoding, generate
+    from ralm.generation import Decoding, generate
     from ralm.selectors import BM25First
     from ralm.settings import Retrieval, Windows
 
@@ -67,7 +67,7 @@ def test_greedy_bm25_generation_equals_the_plain_transcription(tiny_gpt2_dir, se
 def test_context_row_is_the_evaluation_row():
     """For a context at least a window long, the row is condition_on_documents on the window that ends
     where the stride ends, cut before the stride's first target."""
-    from ralm.generate import context_row
+    from ralm.generation import context_row
     from ralm.scoring import condition_on_documents
 
     ids = list(range(100, 160))
@@ -83,7 +83,7 @@ def test_context_row_is_the_evaluation_row():
 def test_sampling_is_seeded_and_the_stop_string_ends_a_continuation(tiny_gpt2_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ralm.generate import Decoding, generate
+    from ralm.generation import Decoding, generate
     from ralm.selectors import NoRetrieval
     from ralm.settings import Windows
 
@@ -108,7 +108,7 @@ def test_the_command_writes_each_generation_with_its_passages(tmp_path, tiny_gpt
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eval.generate import main
-    from ralm.generate import Decoding, generate
+    from ralm.generation import Decoding, generate
     from ralm.selectors import BM25First
     from ralm.settings import Retrieval, Windows
 

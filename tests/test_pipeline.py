@@ -33,7 +33,7 @@ def chain(tmp_path_factory, bm25_corpus, tiny_gpt2_dir, tiny_roberta_dir):
         "--eval_text.dataset", "null", "--out", str(d / "data"), "--batch_examples", "4",
         "--trainer.accelerator", "cpu", "--trainer.devices", "1")
     run("reranking.fit", "--config", str(ROOT / "configs" / "fit.yaml"), "--model.encoder", str(tiny_roberta_dir),
-        "--model.max_length", "64", "--model.max_prefix_tokens", "24", "--model.warmup_steps", "1",
+        "--model.input.max_length", "64", "--model.input.max_prefix_tokens", "24", "--model.optimizer.warmup_steps", "1",
         "--data.data_dir", str(d / "data"), "--data.val_fraction", "0.25", "--data.batch_size", "4",
         "--data.max_candidates", "4", "--data.num_workers", "0", "--trainer.max_steps", "4",
         "--trainer.accumulate_grad_batches", "1", "--trainer.val_check_interval", "2",

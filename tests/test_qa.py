@@ -1,4 +1,4 @@
-"""ralm.qa / eval.qa / demo.qa: SQuAD scoring, question files (incl. the reference's DPR layout), and the
+"""ralm.open_qa / eval.qa / demo.questions: SQuAD scoring, question files (incl. the reference's DPR layout), and the
 command end to end on a small demo world with real BM25 and a tiny LM."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 
 def test_squad_normalisation_exact_match_and_f1():
-    from ralm.qa import contains_answer, exact_match, f1, normalize_answer
+    from ralm.open_qa import contains_answer, exact_match, f1, normalize_answer
 
     assert normalize_answer("The  Cat, sat!") == "cat sat"
     assert exact_match("the cat sat", ["A cat sat.", "dog"]) == 1.0 and exact_match("cat", ["dog"]) == 0.0
@@ -22,7 +22,7 @@ def test_squad_normalisation_exact_match_and_f1():
 
 
 def test_question_files_json_lines_and_dpr_layout(tmp_path):
-    from ralm.qa import read_questions
+    from ralm.open_qa import read_questions
 
     (tmp_path / "a.jsonl").write_text('{"question": "q1", "answer": "x"}\n\n{"question": "q2", "answers": ["y", "z"]}\n')
     (tmp_path / "b.json").write_text(json.dumps([{"question": "q", "answers": ["a"], "ctxs": [
@@ -39,7 +39,7 @@ def test_question_files_json_lines_and_dpr_layout(tmp_path):
 
 @pytest.fixture(scope="module")
 def world_qa(tmp_path_factory):
-    from demo.qa import qa_set
+    from demo.questions import qa_set
     from demo.world import make_world, write_world
     from ralm.corpus import main as corpus
 
@@ -64,7 +64,7 @@ def test_the_command_answers_and_scores(world_qa, tiny_gpt2_dir, reranker):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eval.qa import main
-    from ralm.qa import PROMPT, _continuation_nll, contains_answer, exact_match, f1
+    from ralm.open_qa import PROMPT, _continuation_nll, contains_answer, exact_match, f1
 
     out = world_qa / "runs" / reranker
     assert main(["--questions", str(world_qa / "qa.jsonl"), "--model", str(tiny_gpt2_dir), "--reranker", reranker,

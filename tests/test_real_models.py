@@ -123,9 +123,9 @@ def test_minilm_cross_encoder_pairs_use_bert_conventions():
 
 
 def test_smollm2_generation_equals_the_plain_transcription(smollm, bm25_corpus):
-    """``ralm.generate`` with SmolLM2 (another tokenizer than GPT-2's, a Llama-family model): the same tokens
+    """``ralm.generation`` with SmolLM2 (another tokenizer than GPT-2's, a Llama-family model): the same tokens
     and passages as the one-token-at-a-time transcription of tests/test_generate.py, batched prompts included."""
-    from ralm.generate import Decoding, generate
+    from ralm.generation import Decoding, generate
     from ralm.search_process import SearchProcess
     from ralm.selectors import BM25First
     from ralm.settings import Retrieval, Windows

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ralm.settings import EncoderInput
 from reranking.inputs import InputFormat, encode_pairs
 from reranking.loss import DistillationLoss, ExpectedNLLLoss, MarginalLikelihoodLoss
 
@@ -171,10 +172,10 @@ def test_encode_pairs_cuts_prefix_left_passage_right(roberta_tok, wiki_text):
 
 
 def test_input_format_errors_name_the_flag():
-    with pytest.raises(ValueError, match="--model.max_prefix_tokens"):
+    with pytest.raises(ValueError, match="--model.input.max_prefix_tokens"):
         InputFormat(max_length=64, max_prefix_tokens=64)
-    with pytest.raises(ValueError, match="--model.max_length 512"):
-        InputFormat(max_length=600).check_encoder(514, offset=2, name="roberta-base")
+    with pytest.raises(ValueError, match="--model.input.max_length 512"):
+        InputFormat(max_length=600).check_encoder(512, name="roberta-base")
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -209,8 +210,10 @@ def test_lr_schedule_warmup_then_linear_decay(tiny_roberta_dir):
     """The paper's schedule: linear warm-up to the peak lr, then linear decay to 0 at the last step."""
     from reranking.system import RerankerSystem
 
-    system = RerankerSystem(encoder=str(tiny_roberta_dir), pretrained=False, lr=1e-3, warmup_steps=10,
-                            total_steps=110)
+    from reranking.system import Optimizer
+
+    system = RerankerSystem(encoder=str(tiny_roberta_dir), pretrained=False,
+                            optimizer=Optimizer(lr=1e-3, warmup_steps=10, total_steps=110))
     conf = system.configure_optimizers()
     opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
     lrs = []
@@ -238,7 +241,7 @@ def test_validation_mrr_is_at_least_one_over_k(tiny_roberta_dir):
     """Regression: MRR was 0 whenever the reranker's scores were negative (torchmetrics drops preds <= 0)."""
     from reranking.system import RerankerSystem
 
-    system = RerankerSystem(str(tiny_roberta_dir), pretrained=False, max_length=64, max_prefix_tokens=16)
+    system = RerankerSystem(str(tiny_roberta_dir), pretrained=False, input=EncoderInput(max_length=64, max_prefix_tokens=16))
     B, k = 6, 4
     scores = -10.0 - torch.rand(B, k)                       # all negative, as a fresh reranker's often are
     lm = -20.0 * torch.rand(B, k)
@@ -264,20 +267,25 @@ def test_every_fit_config_parses(capsys, monkeypatch):
     import yaml
 
     from reranking.data import RerankDataModule
-    from reranking.fit import _cli_class
+    from reranking.training import RerankerCLI
     from reranking.system import RerankerSystem
 
     monkeypatch.setattr(sys, "argv", ["reranking.fit"])
+
+    def stack(cfg):  # fit-X.yaml is a change on top of its folder's fit.yaml (LightningCLI stacks --config files)
+        base = cfg.with_name("fit.yaml")
+        return ["--config", str(base), "--config", str(cfg)] if cfg != base and base.is_file() else ["--config", str(cfg)]
+
     configs = sorted((Path(__file__).parents[1] / "configs").rglob("*.yaml"))
     targets = [c for c in configs if c.name.startswith("fit") or "reranking.fit" in c.read_text()]
     assert targets, "configs/fit.yaml is missing"
     for cfg in targets:
         with pytest.raises(SystemExit) as e:
-            _cli_class()(RerankerSystem, RerankDataModule, run=False, args=["--config", str(cfg), "--print_config"],
-                         save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False)
+            RerankerCLI(RerankerSystem, RerankDataModule, run=False, args=[*stack(cfg), "--print_config"],
+                        save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False)
         assert e.value.code in (0, None), cfg
         printed = yaml.safe_load(capsys.readouterr().out)
-        assert printed["model"]["encoder"] and "tokenizer" not in printed["data"], cfg  # linked to model.encoder
+        assert printed["model"]["encoder"] and "tokenizer" not in printed["data"], cfg  # the model's, read by data
         assert printed["trainer"]["max_steps"] > 0, cfg
 
 
@@ -295,10 +303,10 @@ def test_init_from_an_export_starts_from_its_weights(tiny_roberta_dir, tmp_path)
     from reranking.system import RerankerSystem
     from ralm.tiny import make_roberta
 
-    first = RerankerSystem(str(tiny_roberta_dir), pretrained=True, max_length=64, max_prefix_tokens=24)
+    first = RerankerSystem(str(tiny_roberta_dir), pretrained=True, input=EncoderInput(max_length=64, max_prefix_tokens=24))
     torch.nn.init.normal_(first.model.head.weight, std=1.0)
     export_model(first.model, first.tokenizer, first.fmt, str(tiny_roberta_dir), tmp_path / "start")
-    second = RerankerSystem(str(tmp_path / "start"), pretrained=False, max_length=64, max_prefix_tokens=24,
+    second = RerankerSystem(str(tmp_path / "start"), pretrained=False, input=EncoderInput(max_length=64, max_prefix_tokens=24),
                             init_from=str(tmp_path / "start"))
     a, b = first.model.state_dict(), second.model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -306,7 +314,7 @@ def test_init_from_an_export_starts_from_its_weights(tiny_roberta_dir, tmp_path)
     other = tmp_path / "other"
     make_roberta(other, first.tokenizer, num_hidden_layers=1, hidden_size=16, num_attention_heads=2)
     with pytest.raises(ValueError, match="does not fit"):
-        RerankerSystem(str(other), pretrained=False, max_length=64, max_prefix_tokens=24,
+        RerankerSystem(str(other), pretrained=False, input=EncoderInput(max_length=64, max_prefix_tokens=24),
                        init_from=str(tmp_path / "start"))
 
 
@@ -337,12 +345,12 @@ def test_untrained_bi_encoder_is_the_cosine_ranking(tiny_bert_dir):
     from ralm.retrieval import Passage
     from ralm.selectors import StrideBatch
     from reranking.model import BiEncoder
-    from reranking.selector import CosineSelector, PredictiveSelector
+    from reranking.encoder_selectors import CosineSelector, PredictiveSelector
 
     fmt = InputFormat(architecture="bi", max_prefix_tokens=20, max_passage_tokens=24)
     model = BiEncoder(str(tiny_bert_dir), pretrained=True, temperature=0.05)
     pred = PredictiveSelector(model, load_tokenizer(str(tiny_bert_dir)), fmt, batch_size=3)
-    cos = CosineSelector(str(tiny_bert_dir), prefix_tokens=20, passage_tokens=24, batch_size=2)
+    cos = CosineSelector(str(tiny_bert_dir), input=EncoderInput(max_prefix_tokens=20, max_passage_tokens=24), batch_size=2)
     cands = [[Passage(f"d{i}{j}", f"Title {j}", f"the river {i} and castle {j} " * (j + 1), 0.0) for j in range(n)]
              for i, n in enumerate([4, 0, 2])]
     batch = StrideBatch(prefix_texts=["the castle by the river was " * 5, "x", "a city"], candidates=cands,
@@ -388,7 +396,7 @@ def test_bi_encoder_collator_and_format_checks(tiny_bert_dir, rerank_data_dir):
     with pytest.raises(SettingsError, match="--model.architecture"):
         InputFormat(architecture="poly")
     with pytest.raises(SettingsError, match="max_passage_tokens=600 exceeds"):
-        InputFormat(architecture="bi", max_passage_tokens=600).check_encoder(512, 0)
+        InputFormat(architecture="bi", max_passage_tokens=600).check_encoder(512)
 
 
 @pytest.mark.parametrize("architecture", ["bi", "cross"])
@@ -402,19 +410,18 @@ def test_bm25_prior_is_added_alike_in_training_and_evaluation(tiny_bert_dir, rer
     from ralm.selectors import StrideBatch
     from reranking.data import RerankDataModule, parquet_files
     from reranking.export import export
-    from reranking.selector import PredictiveSelector
+    from reranking.encoder_selectors import PredictiveSelector
     from reranking.system import RerankerSystem
 
-    kw = dict(encoder=str(tiny_bert_dir), architecture=architecture, max_length=48, max_prefix_tokens=16,
-              max_passage_tokens=24)
+    kw = dict(encoder=str(tiny_bert_dir), architecture=architecture,
+              input=EncoderInput(max_length=48, max_prefix_tokens=16, max_passage_tokens=24))
     torch.manual_seed(0)
     plain = RerankerSystem(**kw).eval()
     prior = RerankerSystem(**kw, bm25_weight=0.5).eval()
     prior.model.load_state_dict(plain.model.state_dict())
     # the batch comes through the data module, as in reranking.fit (which once dropped bm25_scores)
-    dm = RerankDataModule(str(rerank_data_dir), tokenizer=str(tiny_bert_dir), val_fraction=0.25, batch_size=4,
-                          num_workers=0, architecture=architecture, max_length=48, max_prefix_tokens=16,
-                          max_passage_tokens=24)
+    dm = RerankDataModule(str(rerank_data_dir), val_fraction=0.25, batch_size=4,
+                          num_workers=0).reading(str(tiny_bert_dir), plain.fmt)
     dm.setup("fit")
     batch = next(iter(dm.val_dataloader()))
     by_id = {r["id"]: r for r in load_dataset("parquet", data_files=parquet_files(rerank_data_dir), split="train")}
@@ -445,16 +452,16 @@ def test_passage_grad_false_trains_through_the_prefix_only(tiny_bert_dir, rerank
     from reranking.data import RerankDataModule
     from reranking.system import RerankerSystem
 
-    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", max_prefix_tokens=16, max_passage_tokens=24,
-              bm25_weight=0.5)
+    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", bm25_weight=0.5,
+              input=EncoderInput(max_prefix_tokens=16, max_passage_tokens=24))
     torch.manual_seed(0)
     full = RerankerSystem(**kw)
     query_side = RerankerSystem(**kw, passage_grad=False)
     query_side.model.load_state_dict(full.model.state_dict())
     for s in (full, query_side):
         s.model.eval()  # no dropout: the three gradients below must see the same forward
-    dm = RerankDataModule(str(rerank_data_dir), tokenizer=str(tiny_bert_dir), val_fraction=0.25, batch_size=4,
-                          num_workers=0, architecture="bi", max_prefix_tokens=16, max_passage_tokens=24)
+    dm = RerankDataModule(str(rerank_data_dir), val_fraction=0.25, batch_size=4,
+                          num_workers=0).reading(str(tiny_bert_dir), InputFormat.of(kw["input"], "bi"))
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
 
@@ -479,7 +486,7 @@ def test_passage_grad_false_trains_through_the_prefix_only(tiny_bert_dir, rerank
     both = grads(full, full.score_batch(batch))
     assert any(not torch.allclose(both[n], want[n]) for n in want)
     with pytest.raises(SettingsError, match="passage_grad"):
-        RerankerSystem(encoder=str(tiny_bert_dir), architecture="cross", max_length=48, max_prefix_tokens=16,
+        RerankerSystem(encoder=str(tiny_bert_dir), architecture="cross", input=EncoderInput(max_length=48, max_prefix_tokens=16),
                        passage_grad=False)
 
 
@@ -495,11 +502,11 @@ def test_frozen_passages_trains_the_prefix_tower_against_the_starting_encoders_p
     from ralm.settings import SettingsError
     from reranking.data import RerankDataModule, parquet_files
     from reranking.export import export
-    from reranking.selector import PredictiveSelector
+    from reranking.encoder_selectors import PredictiveSelector
     from reranking.system import RerankerSystem
 
-    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", max_prefix_tokens=16, max_passage_tokens=24,
-              bm25_weight=0.5)
+    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", bm25_weight=0.5,
+              input=EncoderInput(max_prefix_tokens=16, max_passage_tokens=24))
     torch.manual_seed(0)
     shared = RerankerSystem(**kw)
     frozen = RerankerSystem(**kw, frozen_passages=True)
@@ -509,8 +516,8 @@ def test_frozen_passages_trains_the_prefix_tower_against_the_starting_encoders_p
     frozen.model.train()
     assert frozen.model.encoder.training and not frozen.model.passage_encoder.training
     assert not any(p.requires_grad for p in frozen.model.passage_encoder.parameters())
-    dm = RerankDataModule(str(rerank_data_dir), tokenizer=str(tiny_bert_dir), val_fraction=0.25, batch_size=4,
-                          num_workers=0, architecture="bi", max_prefix_tokens=16, max_passage_tokens=24)
+    dm = RerankDataModule(str(rerank_data_dir), val_fraction=0.25, batch_size=4,
+                          num_workers=0).reading(str(tiny_bert_dir), InputFormat.of(kw["input"], "bi"))
     dm.setup("fit")
     batches = list(dm.train_dataloader())[:3]
     for s in (shared, frozen):
@@ -556,7 +563,7 @@ def test_frozen_passages_trains_the_prefix_tower_against_the_starting_encoders_p
     for b, g in enumerate(got):
         torch.testing.assert_close(g, trained[b, : len(g)], rtol=1e-4, atol=1e-4)
     with pytest.raises(SettingsError, match="frozen_passages"):
-        RerankerSystem(encoder=str(tiny_bert_dir), architecture="cross", max_length=48, max_prefix_tokens=16,
+        RerankerSystem(encoder=str(tiny_bert_dir), architecture="cross", input=EncoderInput(max_length=48, max_prefix_tokens=16),
                        frozen_passages=True)
 
 
@@ -566,7 +573,7 @@ def test_attention_dropout_replaces_the_encoders_own(tiny_bert_dir):
     from ralm.settings import SettingsError
     from reranking.system import RerankerSystem
 
-    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", max_prefix_tokens=16, max_passage_tokens=24)
+    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", input=EncoderInput(max_prefix_tokens=16, max_passage_tokens=24))
     own, none = RerankerSystem(**kw), RerankerSystem(**kw, attention_dropout=0.0)
     assert own.model.config.attention_probs_dropout_prob > 0 and none.model.config.attention_probs_dropout_prob == 0
     attn = [m.dropout.p for n, m in none.model.named_modules() if n.endswith("attention.self")]
@@ -585,8 +592,8 @@ def test_hidden_dropout_replaces_the_encoders_own(tiny_bert_dir, architecture):
     from ralm.settings import SettingsError
     from reranking.system import RerankerSystem
 
-    kw = dict(encoder=str(tiny_bert_dir), architecture=architecture, max_length=48, max_prefix_tokens=16,
-              max_passage_tokens=24)
+    kw = dict(encoder=str(tiny_bert_dir), architecture=architecture,
+              input=EncoderInput(max_length=48, max_prefix_tokens=16, max_passage_tokens=24))
     torch.manual_seed(0)  # the cross-encoder's head is drawn: the same seed gives both the same head
     own = RerankerSystem(**kw)
     torch.manual_seed(0)
@@ -623,7 +630,7 @@ def test_dropped_strings_are_unread_alike_in_training_and_evaluation(tiny_bert_d
     from ralm.selectors import StrideBatch
     from reranking.data import RerankCollator
     from reranking.export import export
-    from reranking.selector import PredictiveSelector
+    from reranking.encoder_selectors import PredictiveSelector
     from reranking.system import RerankerSystem
 
     rows = [{"id": 0, "prefix_text": "the <unk> river flows <unk>", "doc_texts": ["A\nan <unk> bank", "B\nclear water"],
@@ -636,10 +643,11 @@ def test_dropped_strings_are_unread_alike_in_training_and_evaluation(tiny_bert_d
 
     by_hand = [{**r, "prefix_text": strip(r["prefix_text"]), "doc_texts": [strip(d) for d in r["doc_texts"]]}
                for r in rows]
-    kw = dict(encoder=str(tiny_bert_dir), architecture=architecture, max_length=48, max_prefix_tokens=16,
-              max_passage_tokens=24, bm25_weight=0.5)
+    kw = dict(encoder=str(tiny_bert_dir), architecture=architecture, bm25_weight=0.5,
+              input=EncoderInput(max_length=48, max_prefix_tokens=16, max_passage_tokens=24))
     torch.manual_seed(0)
-    blind = RerankerSystem(**kw, drop=["<unk>"]).eval()
+    blind = RerankerSystem(**{**kw, "input": EncoderInput(max_length=48, max_prefix_tokens=16, max_passage_tokens=24,
+                                                          drop=["<unk>"])}).eval()
     plain = RerankerSystem(**kw).eval()
     plain.model.load_state_dict(blind.model.state_dict())
     tok = load_tokenizer(str(tiny_bert_dir))

@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def fit_args(encoder, data_dir, max_steps, *extra):
-    return ["--model.encoder", str(encoder), "--model.pretrained", "false", "--model.max_length", "96",
-            "--model.max_prefix_tokens", "32", "--model.lr", "1e-3", "--model.warmup_steps", "2",
-            "--model.total_steps", "40", "--data.data_dir", str(data_dir), "--data.batch_size", "4",
+    return ["--model.encoder", str(encoder), "--model.pretrained", "false", "--model.input.max_length", "96",
+            "--model.input.max_prefix_tokens", "32", "--model.optimizer.lr", "1e-3", "--model.optimizer.warmup_steps", "2",
+            "--model.optimizer.total_steps", "40", "--data.data_dir", str(data_dir), "--data.batch_size", "4",
             "--data.val_fraction", "0.25", "--data.num_workers", "0", "--trainer.accelerator", "cpu",
             "--trainer.devices", "1", "--trainer.max_steps", str(max_steps), "--trainer.val_check_interval", "4",
             "--trainer.check_val_every_n_epoch", "null", "--trainer.log_every_n_steps", "1",
@@ -109,7 +109,7 @@ def test_export_and_checkpoint_load_to_the_same_selector(fitted, tiny_roberta_di
     from ralm.retrieval import Passage
     from ralm.selectors import StrideBatch
     from reranking.export import load_reranker
-    from reranking.selector import PredictiveSelector
+    from reranking.encoder_selectors import PredictiveSelector
 
     run1 = fitted["run"]
     export_dir = run1 / "reranker"
@@ -165,8 +165,7 @@ def test_ddp_validation_metrics_equal_single_process(tmp_path, tiny_roberta_dir,
 
     system = RerankerSystem.load_from_checkpoint(run / "checkpoints" / "last.ckpt", map_location="cpu",
                                                  weights_only=True)
-    dm = RerankDataModule(str(rerank_data_dir), tokenizer=str(tiny_roberta_dir), val_fraction=0.25, batch_size=4,
-                          max_length=96, max_prefix_tokens=32, num_workers=0)
+    dm = RerankDataModule(str(rerank_data_dir), val_fraction=0.25, batch_size=4, num_workers=0)
     trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                          enable_model_summary=False)
     single = {k: float(v) for k, v in trainer.validate(system, datamodule=dm, verbose=False)[0].items()}
@@ -215,7 +214,7 @@ def test_an_export_dir_in_use_is_refused_before_training(tmp_path, tiny_roberta_
                                                           monkeypatch):
     """While another run holds --export_dir (here this process, through the same lock), a fit is refused
     with one line before its first step, and the directory is left as it was."""
-    from ralm.outputs import claim
+    from ralm.lock import claim
     from reranking.fit import main
 
     monkeypatch.chdir(tmp_path)
@@ -238,12 +237,12 @@ def test_bi_encoder_fits_exports_and_scores_as_trained(tmp_path, tiny_bert_dir, 
     from reranking.export import load_reranker
     from reranking.fit import main
     from reranking.model import BiEncoder
-    from reranking.selector import PredictiveSelector
+    from reranking.encoder_selectors import PredictiveSelector
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["reranking.fit"])
     cli = main(fit_args(tiny_bert_dir, rerank_data_dir, 8, "--model.architecture", "bi",
-                        "--model.max_passage_tokens", "40", "--model.cosine_temperature", "0.1"))
+                        "--model.input.max_passage_tokens", "40", "--model.cosine_temperature", "0.1"))
     run = tmp_path / cli.trainer.log_dir
     assert cli.trainer.global_step == 8 and "val/nll_reranker" in scalars(run)
     best = next(p for p in (run / "checkpoints").iterdir() if p.name.startswith("best-"))

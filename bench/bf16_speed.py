@@ -1,6 +1,6 @@
 """bf16 against float32 on the machine at hand, for the two kinds of work: LM scoring and reranker training.
 
-    python bench/precision.py [--repeats 3]
+    python bench/bf16_speed.py [--repeats 3]
 
 Side by side in one process, alternating, best of ``--repeats``: (1) ``LMScorer`` on SmolLM2-135M (the
 real model when ``python -m ralm.models fetch smollm2-135m`` has run, else a random Llama of its shape),

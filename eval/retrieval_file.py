@@ -1,10 +1,10 @@
-"""``python -m eval.retrieve``: BM25 retrieval for every stride, saved in the reference JSON format.
+"""``python -m eval.retrieval_file``: BM25 retrieval for every stride, saved in the reference JSON format.
 
 The counterpart of the reference's ``prepare_retrieval_data.py --retrieval_type sparse``: the same
 windows, the same queries (decoded last l tokens before each stride's targets), the k allowed
 passages. ``eval.ppl --retrieval_file`` reads the result, and so does the reference ``eval_lm.py``.
 
-    python -m eval.retrieve --model gpt2 --retrieval.index wikipedia-dpr-100w --output retrieval.json
+    python -m eval.retrieval_file --model gpt2 --retrieval.index wikipedia-dpr-100w --output retrieval.json
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def retrieve(output: str, model: str = "gpt2", text: Text = WIKITEXT103_TEST, re
 def main(argv: list[str] | None = None) -> int:
     from ralm.cli import run
 
-    return run(retrieve, argv, "python -m eval.retrieve", description=__doc__,
+    return run(retrieve, argv, "python -m eval.retrieval_file", description=__doc__,
                after=lambda msg, kw: print(msg) or 0)
 
 

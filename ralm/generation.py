@@ -11,7 +11,7 @@ document and the context's first token stay fixed, so the stride is decoded with
 cache (one ``generate`` call per stride for the whole batch, left-padded).
 
 Rerankers: anything that does not need the LM's scores of the future — none, bm25, random, cosine, a
-trained reranker (:func:`eval.ppl.make_selector`). Zero-shot and oracle rank with LM forwards per
+trained reranker (:func:`eval.rerankers.make_selector`). Zero-shot and oracle rank with LM forwards per
 candidate and are not offered here.
 """
 

@@ -1,7 +1,7 @@
-"""``python -m demo.qa``: an offline QA set about the demo world's people, for ``python -m eval.qa``.
+"""``python -m demo.questions``: an offline QA set about the demo world's people, for ``python -m eval.qa``.
 
     python -m demo.world --out demo_out/world
-    python -m demo.qa --world demo_out/world --out demo_out/qa/eval.jsonl --split eval
+    python -m demo.questions --world demo_out/world --out demo_out/qa/eval.jsonl --split eval
 
 Each person has one encyclopedia passage in the corpus holding all their facts; the questions ask for
 them (where the person lives, their trade, instrument, animal, favourite colour, year of birth), the gold
@@ -57,7 +57,7 @@ def qa_set(out: str, world: str = "demo_out/world", split: str = "eval", questio
 def main(argv: list[str] | None = None) -> int:
     from ralm.cli import run
 
-    return run(qa_set, argv, "python -m demo.qa", description=__doc__, after=lambda msg, kw: print(msg) or 0)
+    return run(qa_set, argv, "python -m demo.questions", description=__doc__, after=lambda msg, kw: print(msg) or 0)
 
 
 if __name__ == "__main__":

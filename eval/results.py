@@ -13,17 +13,36 @@ a truncated file under a final name.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
+import matplotlib
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ralm.files import atomic_write, file_sha256
+from ralm.models import resolve
+from ralm.retrieval import index_identity
+from ralm.settings import RERANKER_NAMES, InputError, Retrieval
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
 
 RESULTS = "results.json"
 FILES = ("strides.parquet", "tokens.npz", "plot.png", "results.md")
 CANDIDATES = "candidates.npz"
 
+
+
+def default_output_dir(reranker: str) -> Path:
+    """``runs/ppl/<reranker>``: each reranker's evaluation in its own directory."""
+    if reranker in RERANKER_NAMES:
+        return Path("runs/ppl") / reranker
+    p = Path(reranker).resolve()
+    return Path("runs/ppl") / f"predictive-{p.parent.name}-{p.name}".replace(".", "_")
 
 
 def read_complete(out_dir: Path) -> dict | None:
@@ -56,11 +75,6 @@ def markdown_table(results: dict) -> str:
 
 def plot(path: Path, res, title: str) -> None:
     """NLL per stride along the text (smoothed) and the histogram of chosen BM25 ranks."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [3, 1]})
     per_tok = res.stride_nll / np.maximum(res.stride_n_tokens, 1)
     win = max(1, len(per_tok) // 100)
@@ -81,9 +95,6 @@ def plot(path: Path, res, title: str) -> None:
 def write_outputs(out_dir: Path, res, *, reranker: str, n_words: int, identity: dict, meta: dict,
                   article: np.ndarray | None = None) -> dict:
     """Write every output file, ``results.json`` last; returns the results."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     ppl_strides = float(np.exp(res.nll_sum / n_words))
     ppl_tokens = float(np.exp(res.nll_sum_tokens / n_words))
     if not np.isclose(ppl_strides, ppl_tokens, rtol=1e-5):  # the reference's second computation
@@ -129,3 +140,69 @@ def write_outputs(out_dir: Path, res, *, reranker: str, n_words: int, identity: 
     results["files"] = {name: file_sha256(out_dir / name) for name in files}
     atomic_write(out_dir / RESULTS, lambda t: Path(t).write_text(json.dumps(results, indent=2) + "\n"))
     return results
+
+
+# ---------------------------------------------------------------- identity and resume
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def model_identity(spec: str) -> dict:
+    """What the scores depend on in a model, cheaply: its config and its files' names and sizes."""
+    r = resolve(spec)
+    p = Path(r.path)
+    if not p.is_dir():
+        return {"spec": spec}
+    files = {f.name: f.stat().st_size for f in sorted(p.iterdir()) if f.is_file()}
+    cfg = (p / "config.json").read_text() if (p / "config.json").is_file() else ""
+    return {"spec": spec, "path": str(p.resolve()), "gguf": r.gguf_file, "config": _digest(cfg), "files": _digest(files)}
+
+
+def reranker_identity(reranker: str) -> dict:
+    """A built-in reranker by name; a trained one by the sha256 of its files (not of a lock file)."""
+    if reranker in RERANKER_NAMES:
+        return {"name": reranker}
+    p = Path(reranker)
+    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+    return {"path": str(p.resolve()), "sha256": _digest({f.name: file_sha256(f) for f in files})}
+
+
+def retrieval_identity(retrieval: Retrieval, retrieval_file: str | None) -> dict:
+    """Where the candidates come from: a retrieval file by content, or the index and the BM25 settings."""
+    if retrieval_file:
+        if not Path(retrieval_file).is_file():
+            raise InputError(f"--retrieval_file {retrieval_file!r} does not exist")
+        return {"file": str(Path(retrieval_file).resolve()), "sha256": file_sha256(retrieval_file),
+                "k": retrieval.k}
+    return {**asdict(retrieval), "index": index_identity(retrieval.index)}
+
+
+def run_identity(*, model: str, reranker: str, text_source: str, body: str, windows: dict, chunk_strides: int,
+                 dtype: str, seed: int, ranker: dict | None, retrieval: dict | None) -> dict:
+    """What a run's results depend on: a rerun with the same identity resumes, another one is refused."""
+    return {"model": model_identity(model), "reranker": reranker_identity(reranker),
+            "text": {"source": text_source, "sha256": hashlib.sha256(body.encode()).hexdigest()},
+            "windows": windows, "chunk_strides": chunk_strides, "dtype": dtype, "seed": seed, "ranker": ranker,
+            "retrieval": retrieval}
+
+
+def start_state(out: Path, identity: dict) -> dict | None:
+    """Refuse another run's directory; return the results if this very run is already complete (None: score)."""
+    work = out / "work" / "run.json"
+    if work.is_file() and not any((out / "work" / "chunks").glob("*.npz")):
+        work.unlink()  # a run that stopped before finishing any chunk left nothing to keep
+    done = read_complete(out)
+    if done is not None and done.get("identity") == identity:
+        return done
+    for what, path, other in (("results", out / RESULTS, done and done.get("identity")),
+                              ("unfinished work", work, json.loads(work.read_text()) if work.is_file() else None)):
+        if path.exists() and other != identity:
+            if other is None:
+                raise InputError(f"{path} exists but cannot be read as a finished run; delete {out} or pass "
+                                 "another --output_dir")
+            diff = sorted(k for k in set(other) | set(identity) if other.get(k) != identity.get(k))
+            raise InputError(f"--output_dir {out} holds {what} of another evaluation (differs in: {', '.join(diff)}); "
+                             f"pass another --output_dir, or delete {out} to start over")
+    return None

@@ -1,13 +1,20 @@
-"""The trained reranker as a selector of the evaluation loop (``ralm.selectors.Selector``)."""
+"""Rerankers that rank with an encoder, as selectors of the evaluation loop (``ralm.selectors.Selector``):
+the trained reranker (:class:`PredictiveSelector`) and the untrained sentence encoder (:class:`CosineSelector`)."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
 
+from ralm.models import load_tokenizer
+from ralm.retrieval import Passage
 from ralm.selectors import Selector, StrideBatch
-from reranking.inputs import InputFormat
+from ralm.settings import EncoderInput
+from reranking.export import load_reranker
+from reranking.inputs import InputFormat, encode_texts, without
+from reranking.model import BiEncoder, max_input_tokens
 
 
 class PredictiveSelector(Selector):
@@ -29,16 +36,12 @@ class PredictiveSelector(Selector):
         self.batch_size = batch_size
         # A bi-encoder's score is cosine / τ: the cosine ranker's code, with its passage-embedding cache
         # (the same passages come back stride after stride; re-embedding them was most of the time).
-        self._cosine = (CosineSelector(model=model, tokenizer=tokenizer, prefix_tokens=fmt.max_prefix_tokens,
-                                       passage_tokens=fmt.max_passage_tokens, batch_size=batch_size,
-                                       drop=fmt.drop)
+        self._cosine = (CosineSelector(model=model, tokenizer=tokenizer, input=fmt.input, batch_size=batch_size)
                         if fmt.architecture == "bi" else None)
 
     @classmethod
     def from_path(cls, path: str | Path, device: str | torch.device = "cpu", batch_size: int = 64) -> "PredictiveSelector":
         """Load from an export directory or a Lightning ``.ckpt`` of :class:`reranking.system.RerankerSystem`."""
-        from reranking.export import load_reranker
-
         model, tokenizer, fmt = load_reranker(path, device=device)
         return cls(model, tokenizer, fmt, batch_size=batch_size)
 
@@ -82,8 +85,6 @@ class PredictiveSelector(Selector):
         """Library use: the scores f(prefix, passage) and the passages' indices best first. A passage is
         a ``ralm.retrieval.Passage`` or a string (``"title\ntext"``, as the reranker was trained on); a
         reranker trained with ``bm25_weight`` adds the Passage's ``score`` (BM25) times it, 0 for a string."""
-        from ralm.retrieval import Passage
-
         cands = [p if isinstance(p, Passage) else Passage("", "", str(p), 0.0) for p in passages]
         scores = self.scores(StrideBatch([prefix], [cands], [0]))[0].tolist()
         return scores, sorted(range(len(scores)), key=lambda j: -scores[j])
@@ -93,33 +94,26 @@ class CosineSelector(Selector):
     """A sentence encoder used as it was trained: cosine of mean-pooled prefix and passage embeddings.
 
     The baseline that shows what LM-supervised fine-tuning adds: the same pretrained encoder the
-    predictive reranker starts from (e.g. all-MiniLM-L6-v2), with no training on LM scores. The prefix
-    is cut from the left to ``prefix_tokens`` (as the cross-encoder sees it), the passage from the right
-    to ``passage_tokens``. Passage embeddings are cached: the same passages come back stride after stride.
+    predictive reranker starts from (e.g. all-MiniLM-L6-v2), with no training on LM scores. It reads what
+    ``input`` says (:class:`~ralm.settings.EncoderInput`): the prefix cut from the left to
+    ``max_prefix_tokens``, the passage from the right to ``max_passage_tokens``, the ``drop`` strings removed.
+    Passage embeddings are cached: the same passages come back stride after stride.
     """
 
     name = "cosine"
 
-    def __init__(self, encoder: str | None = None, prefix_tokens: int = 256, passage_tokens: int = 256,
-                 batch_size: int = 64, device: str | torch.device = "cpu", cache_size: int = 100_000, *,
-                 model=None, tokenizer=None, drop: tuple[str, ...] = ()):
+    def __init__(self, encoder: str | None = None, input: EncoderInput = EncoderInput(), batch_size: int = 64,
+                 device: str | torch.device = "cpu", cache_size: int = 100_000, *, model=None, tokenizer=None):
         """``encoder``: a sentence encoder to load (pretrained); or pass a loaded ``model``
-        (:class:`~reranking.model.BiEncoder`) and its ``tokenizer``, as a trained bi-encoder does.
-        ``drop``: strings removed from every text before it is embedded (:attr:`InputFormat.drop`)."""
-        from collections import OrderedDict
-
-        from ralm.models import load_tokenizer
-        from reranking.model import BiEncoder
-
+        (:class:`~reranking.model.BiEncoder`) and its ``tokenizer``, as a trained bi-encoder does."""
         # BiEncoder.embed is the one pooling in the project
         self.model = model.eval() if model is not None else BiEncoder(encoder, pretrained=True).eval().to(device)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(encoder)
-        limit = getattr(self.model.config, "max_position_embeddings", 512)
-        offset = 2 if self.model.config.model_type in ("roberta", "xlm-roberta", "camembert") else 0
-        self.prefix_tokens = min(prefix_tokens, limit - offset)
-        self.passage_tokens = min(passage_tokens, limit - offset)
+        limit = max_input_tokens(self.model.config) or 512
+        self.prefix_tokens = min(input.max_prefix_tokens, limit)
+        self.passage_tokens = min(input.max_passage_tokens, limit)
         self.batch_size = batch_size
-        self.drop = tuple(drop)
+        self.drop = tuple(input.drop)
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._cache_size = cache_size
 
@@ -131,8 +125,6 @@ class CosineSelector(Selector):
     def embed(self, texts: list[str], max_tokens: int, keep: str, passages: bool = False) -> torch.Tensor:
         """L2-normalised mean-pooled last hidden states, ``FloatTensor[len(texts), H]`` on CPU; ``passages``:
         by the model's passage tower (:meth:`reranking.model.BiEncoder.embed`)."""
-        from reranking.inputs import encode_texts, without
-
         device = next(self.model.parameters()).device
         texts = without(texts, self.drop)
         out = []
