@@ -26,7 +26,8 @@ from ralm.scoring import autocast_for  # noqa: E402
 
 
 def smollm_or_shape():
-    from ralm.models import ModelError, load_causal_lm
+    from ralm.loading import load_causal_lm
+    from ralm.models import ModelError
 
     try:
         model, _ = load_causal_lm("smollm2-135m", "cpu")

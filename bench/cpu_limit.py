@@ -5,7 +5,7 @@
 
 Scores rows with ``ralm.scoring.LMScorer`` (what data generation and evaluation run: LM head on the
 scored positions only, SDPA) on a random-weight GPT-2-small-shaped model, once with GPT-2's own
-``gelu_new`` and once with torch's fused tanh GELU (what ``ralm.models.load_causal_lm`` swaps in), and
+``gelu_new`` and once with torch's fused tanh GELU (what ``ralm.loading.load_causal_lm`` swaps in), and
 times a GEMM of the model's MLP shape in the same process, alternating, ``--repeats`` times. Model
 FLOPs per token = 2 x (non-embedding parameters) + causal attention (2 x layers x L x width) + the
 LM head on scored positions; utilisation = those FLOPs / time / the best GEMM rate.

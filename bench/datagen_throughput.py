@@ -88,7 +88,8 @@ def main(argv=None) -> int:
     import torch
 
     from data_gen.sample import sample_positions, tokenize_text
-    from ralm.corpus import build_index, iter_articles, write_passages
+    from ralm.articles import iter_articles
+    from ralm.passages import build_index, write_passages
     from ralm.retrieval import BM25Retriever, query_text
     from ralm.scoring import LMScorer
 

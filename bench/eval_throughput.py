@@ -2,7 +2,7 @@
 
 Both run in this process on the same weights and text. The naive loop is the reference's way
 (``eval_lm.py``): one forward per stride over all its candidates, logits for every position, GPT-2's
-own ``gelu_new``; the batched loop runs the model as ``ralm.models.load_causal_lm`` loads it (fused GELU).
+own ``gelu_new``; the batched loop runs the model as ``ralm.loading.load_causal_lm`` loads it (fused GELU).
 Prints target tokens/s for each and the ratio. Usage::
 
     python bench/eval_throughput.py                      # 2-layer 128-wide GPT-2, 50,257 vocab, CPU
@@ -52,7 +52,7 @@ def main():
     dims = dict(n_layer=2, n_embd=128, n_head=2) if args.size == "tiny" else dict(n_layer=12, n_embd=768, n_head=12)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, attn_implementation="sdpa", **dims))
     model = model.eval().to(args.device)  # the reference's model: GPT-2's own gelu_new
-    # the project's: the same weights with the fused GELU that ralm.models.load_causal_lm swaps in
+    # the project's: the same weights with the fused GELU that ralm.loading.load_causal_lm swaps in
     fused = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, attn_implementation="sdpa",
                                        activation_function="gelu_pytorch_tanh", **dims))
     fused.load_state_dict(model.state_dict())

@@ -8,7 +8,7 @@
    shapes, with the spread printed; on GPU bf16 8192^3, next to the data-sheet bf16 peak, which is what
    GPU MFU is taken against).
 2. Model-FLOP utilisation of each stage on GPT-2-small-sized random weights, loaded the way the project
-   loads a model (``ralm.models.load_causal_lm``: fused GELU, SDPA) and scored through
+   loads a model (``ralm.loading.load_causal_lm``: fused GELU, SDPA) and scored through
    ``ralm.scoring.LMScorer`` with the stage's row shape (L = 1,024, stride 4):
    eval none (windows, 4 targets each), eval zero-shot k = 16 (16 candidate rows per stride, s' + s = 20
    positions), data generation (16 + 1 rows per example, 4 targets); and reranker training (a RoBERTa-
@@ -95,7 +95,7 @@ def gemm_peak(device: torch.device, sync, repeats: int = 10) -> float:
 
 def lm_part(device: torch.device, sync, peak: float, repeats: int, tmp: Path, tokenizer) -> dict:
     """Tokens/s and MFU of LM scoring for each stage's row shape; returns FLOP/s per stage."""
-    from ralm.models import load_causal_lm
+    from ralm.loading import load_causal_lm
     from ralm.scoring import LMScorer
 
     path = tmp / "gpt2-small"
@@ -132,10 +132,10 @@ def train_part(device: torch.device, sync, peak: float, tmp: Path, dropout: floa
     from transformers import RobertaConfig
 
     from bench.train_throughput import make_rows, time_steps
+    from ralm.tiny import train_tokenizer, wikitext_articles
     from reranking.data import RerankCollator
     from reranking.inputs import InputFormat
     from reranking.model import CrossEncoder
-    from ralm.tiny import train_tokenizer, wikitext_articles
 
     tok = train_tokenizer([wikitext_articles(20)], tmp / "roberta-tok", vocab_size=2000, kind="roberta")
     cfg = RobertaConfig(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,

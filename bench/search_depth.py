@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import random
 
-    from ralm.corpus import forbidden_titles, iter_articles
+    from ralm.articles import forbidden_titles, iter_articles
     from ralm.retrieval import BM25Retriever
 
     text = Path(a.text).read_text()

@@ -24,12 +24,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import bf16_peak  # noqa: E402
+from ralm.tiny import make_roberta, train_tokenizer, wikitext_articles  # noqa: E402
 from reranking.data import RerankCollator  # noqa: E402
 from reranking.inputs import InputFormat  # noqa: E402
 from reranking.loss import MarginalLikelihoodLoss  # noqa: E402
 from reranking.model import CrossEncoder  # noqa: E402
-from ralm.tiny import make_roberta, train_tokenizer, wikitext_articles  # noqa: E402
-
 
 
 def make_rows(n, k, seed=0):

@@ -21,7 +21,11 @@ from collections.abc import Collection
 import numpy as np
 import pyarrow as pa
 
+from ralm.articles import detokenize_title
+from ralm.loading import load_tokenizer
 from ralm.retrieval import query_text
+from ralm.search_process import SearchProcess
+from ralm.settings import InputError
 
 from .config import BuildConfig, BuildError, RunConfig, log
 from .shards import (
@@ -35,9 +39,6 @@ from .shards import (
 
 def open_searcher(build: BuildConfig, verbose: bool = False):
     """The BM25 search process, with input problems turned into :class:`BuildError` naming the setting."""
-    from ralm.search_process import SearchProcess
-    from ralm.settings import InputError
-
     try:
         searcher = SearchProcess(build.retrieval.index, k1=build.retrieval.k1, b=build.retrieval.b, verbose=verbose)
     except InputError as e:
@@ -55,8 +56,6 @@ def retrieve_shard(searcher, build: BuildConfig, tokenizer, ids: np.ndarray, sam
     """One shard's candidates as a :data:`RETRIEVED_SCHEMA` table (every batch submitted at once, so the
     search process works through them without waiting for this thread); ``samples``: the shard's rows of
     the sampled examples (id, position, source_title)."""
-    from ralm.corpus import detokenize_title
-
     k, ell = build.retrieval.k, build.retrieval.query_tokens
     example_ids, positions = samples.column("id").to_numpy(), samples.column("position").to_numpy()
     titles = samples.column("source_title").to_pylist()
@@ -112,8 +111,6 @@ def run_retrieve(layout: Layout, model: str, ids: np.ndarray, samples: pa.Table,
 
     The tokenizer (for decoding queries) is loaded here: a fast tokenizer must not be shared between
     this and the scoring thread."""
-    from ralm.models import load_tokenizer
-
     build = layout.build
     todo = shards_to_retrieve(layout)
     if not todo:
@@ -143,7 +140,6 @@ def run_retrieve(layout: Layout, model: str, ids: np.ndarray, samples: pa.Table,
 class RetrieveThread(threading.Thread):
     """Runs :func:`run_retrieve` beside the scoring; a failure is written to ``work/retrieve.failed`` so that
     every rank waiting for a shard stops with its message instead of waiting forever."""
-
     def __init__(self, layout: Layout, *args, **kwargs):
         super().__init__(daemon=True, name="data_gen-retrieve")
         self.layout, self.args, self.kwargs = layout, args, kwargs

@@ -19,8 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
 
-from ralm.corpus import split_articles
+from data_gen.shards import atomic_save_npy, atomic_write_parquet, store_config
+from ralm.articles import split_articles
 
 from .config import BuildConfig, BuildError, load_text, log
 
@@ -41,8 +45,6 @@ class TokenizedText:
 
 def tokenize_text(tokenizer, text: str, batch: int = 256, progress: bool = True) -> TokenizedText:
     """Token ids of ``text`` (no special tokens) with the article each token belongs to."""
-    from tqdm.auto import tqdm
-
     pieces, titles = split_articles(text)
     if len(pieces) > 1 and not _split_is_exact(tokenizer, pieces):
         return _tokenize_whole(tokenizer, pieces, titles)
@@ -101,11 +103,6 @@ def sample_positions(n_tokens: int, examples: int, window: int, stride: int, see
 
 def run_sample(layout: Layout, build: BuildConfig, tokenizer, window: int, write: bool):
     """Token ids of the training text and the sampled example positions (cached in work/)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from .shards import atomic_save_npy, atomic_write_parquet, store_config
-
     if layout.tokens.exists() and layout.samples.exists():
         return np.load(layout.tokens, mmap_mode="r"), pq.read_table(layout.samples)
     if not write:

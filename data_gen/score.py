@@ -20,9 +20,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
+from ralm.cli import quiet_lightning
+from ralm.loading import load_tokenizer
+from ralm.precision import for_run
+from ralm.progress import Progress
 from ralm.scoring import DocumentEncoder, LMScorer, attach_lm, condition_on_documents
+from ralm.stage import open_lm, predict
 from ralm.windows import window_ending_at
 
 from .config import RunConfig, log
@@ -36,7 +41,6 @@ class ChunkDataset(Dataset):
     "labels": (R, L) long}`` with R = sum(counts + 1); rows of example b are its candidates in rank
     order, then its no-document row. Tokenizer and token file are opened lazily (spawn-worker safe).
     """
-
     def __init__(self, chunks: list[tuple[int, list[int]]], retrieved: dict[int, str], tokens_path: str,
                  tokenizer_name: str, window: int, stride: int, doc_max_tokens: int, failed_path: str = ""):
         self.chunks = chunks
@@ -61,8 +65,6 @@ class ChunkDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         if self._ids is None:
-            from ralm.models import load_tokenizer
-
             self._ids = np.load(self.tokens_path, mmap_mode="r")
             self._encoder = DocumentEncoder(load_tokenizer(self.tokenizer_name), self.doc_max_tokens)
         shard, ids = self.chunks[i]
@@ -89,7 +91,6 @@ def unwrap(items: list[dict]) -> dict:
 
 class LMScoringModule(pl.LightningModule):
     """A frozen causal LM whose ``predict_step`` returns summed target log-probs per row."""
-
     def __init__(self, model: torch.nn.Module, stride: int, batch_size: int = 64, dtype: str = "auto"):
         super().__init__()
         attach_lm(self, model)  # not in hparams: the LM is passed in, not rebuilt
@@ -116,7 +117,6 @@ class ScoreWriter(BasePredictionWriter):
     ``shard_done(s)`` is called (on global rank 0) when the steps move past shard ``s``, so that finished
     shards become final parquet files while later ones are scored: a long job's data is usable, and can
     be copied or committed, shard by shard."""
-
     def __init__(self, scores_root: str | Path, progress=None, shard_done=None, dtype: str = "unrecorded"):
         super().__init__(write_interval="batch")
         self.root = Path(scores_root)
@@ -152,13 +152,6 @@ def pending_chunks(layout, batch_examples: int) -> list[tuple[int, list[int]]]:
 
 def run_score(layout: Layout, run: RunConfig, window: int, rank0: bool, n_total: int, shard_done=None) -> bool:
     """Score the pending chunks with Lightning; returns True in the process that writes the dataset."""
-    from torch.utils.data import DataLoader
-
-    from ralm.cli import quiet_lightning
-    from ralm.precision import for_run
-    from ralm.progress import Progress
-    from ralm.stage import open_lm, predict
-
     quiet_lightning(run.verbose)
     build = layout.build
     chunks = pending_chunks(layout, run.batch_examples)

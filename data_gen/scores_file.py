@@ -17,19 +17,19 @@ so equal to the source's where the pyarrow version is the same; the rows and val
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from ralm.settings import InputError
 
 
 def export(data: str, out: str) -> str:
     """Write the LM scores of the finished dataset ``data`` (its manifest must exist) to ``out`` (.npz)."""
-    import pyarrow.parquet as pq
-
     d = Path(data)
     if not (d / "manifest.json").is_file():
         raise InputError(f"{d} has no manifest.json: not a finished data_gen.build output")
@@ -48,10 +48,29 @@ def export(data: str, out: str) -> str:
     return f"{len(manifest['shards'])} shard(s), {manifest['examples']:,} examples -> {out}"
 
 
+#: Settings that name where a file is, not what it holds: the same dataset may be built from copies elsewhere
+#: (a rerun's own texts and index): each example's candidate count is checked at assembly, and the pipeline compares
+#: the assembled dataset's content hash with the file's.
+PATHS = ("text.file", "eval_text.file", "retrieval.index")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def settings_diff(here: dict, stored: dict) -> list[tuple[str, object, object]]:
+    """``(setting, here, in the file)`` for every dataset setting that differs, paths left out (:data:`PATHS`;
+    which file or index is read matters by its contents, which the assembly checks)."""
+    a, b = _flat(here), _flat(stored)
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if k not in PATHS and a.get(k) != b.get(k)]
+
+
 def load_into(scores: str, out: str) -> str:
     """Place the scores of file ``scores`` in ``out``'s work directory (``out``: the same dataset, retrieved)."""
-    from .shards import write_chunk
-    from .shards import Layout
+    from data_gen.shards import Layout, write_chunk  # the build's files (torch, via the precision record)
 
     with np.load(scores) as z:
         files = {k: z[k] for k in z.files}
@@ -61,8 +80,7 @@ def load_into(scores: str, out: str) -> str:
         raise InputError(f"{o} has no config.json: run data_gen.build with the dataset's settings and "
                          f"--stage retrieve --out {o} first (the settings: {json.dumps(stored)})")
     here = json.loads((o / "config.json").read_text())
-    diff = [f"{k}: {here.get(k)!r} there, {stored.get(k)!r} in the file" for k in sorted(set(here) | set(stored))
-            if here.get(k) != stored.get(k)]
+    diff = [f"{k}: {a!r} there, {b!r} in the file" for k, a, b in settings_diff(here, stored)]
     if diff:
         raise InputError(f"{scores} holds the scores of another dataset than {o}: " + "; ".join(diff))
     layout = Layout(o, None)  # only its paths
@@ -79,8 +97,6 @@ def load_into(scores: str, out: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m data_gen.scores_file", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -19,6 +19,7 @@ full disk is reported as one line, never as a truncated shard.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata as md
 import json
 import shutil
 import time
@@ -31,7 +32,9 @@ import pyarrow.parquet as pq
 
 from ralm.files import atomic_write, file_sha256
 from ralm.lock import LOCK
+from ralm.precision import for_run
 from ralm.schema import TRAINING_SCHEMA
+from ralm.windows import window_ending_at
 
 from .config import BuildConfig, BuildError, RunConfig, config_diff, identity_json, log
 
@@ -212,8 +215,6 @@ def content_hash(shards: list[dict]) -> str:
 
 
 def package_versions() -> dict:
-    import importlib.metadata as md
-
     out = {}
     for name in ("torch", "transformers", "tokenizers", "lightning", "datasets", "pyarrow", "numpy", "pyserini"):
         try:
@@ -268,9 +269,6 @@ def wait_for_shard(path: Path, failed: Path, poll: float = 0.2) -> None:
 
 def assemble_shard(layout: Layout, s: int, tokens, tokenizer, window: int) -> bool:
     """Write final shard ``s`` from its retrieval and score files if all its examples are scored."""
-    from ralm.windows import window_ending_at
-
-
     build = layout.build
     if layout.shard(s).exists():
         return True
@@ -310,8 +308,6 @@ def assemble_shard(layout: Layout, s: int, tokens, tokenizer, window: int) -> bo
 
 def write_manifest(layout: Layout, run: RunConfig, window: int, tokenizer, n_tokens: int) -> dict:
     """The last file of a build: shards with their hashes, provenance and versions; then work/ goes."""
-    from ralm.precision import for_run
-
     build = layout.build
     shards, short = [], 0
     for p in layout.shard_paths():

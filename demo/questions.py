@@ -16,6 +16,9 @@ import random
 import sys
 from pathlib import Path
 
+from ralm.cli import run
+from ralm.settings import InputError
+
 QUESTIONS = {
     "town": "Where does {name} live?",
     "occupation": "What is the trade of {name}?",
@@ -36,8 +39,6 @@ def qa_set(out: str, world: str = "demo_out/world", split: str = "eval", questio
         questions: How many questions (at most one per person and fact).
         seed: Seed of the draw.
     """
-    from ralm.settings import InputError
-
     people_file = Path(world) / "people.json"
     if not people_file.is_file():
         raise InputError(f"--world {world!r} has no people.json; write one with python -m demo.world --out {world}")
@@ -55,8 +56,6 @@ def qa_set(out: str, world: str = "demo_out/world", split: str = "eval", questio
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ralm.cli import run
-
     return run(qa_set, argv, "python -m demo.questions", description=__doc__, after=lambda msg, kw: print(msg) or 0)
 
 

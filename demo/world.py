@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from ralm.cli import run
 
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kl", "st", "th"]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"]
@@ -293,8 +296,6 @@ def mentions(text: str, names) -> list[tuple[int, str]]:
     The person mentioned last before a position is the one the upcoming tokens are about (until the
     next mention), so this labels which corpus passage is "right" for any stride of the text.
     """
-    import re
-
     rx = re.compile(r"\b(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")\b")
     return [(m.end(), m.group(1)) for m in rx.finditer(text)]
 
@@ -340,8 +341,6 @@ def world(out: str, seed: int = 0, train_articles: int = 3000, eval_articles: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ralm.cli import run
-
     return run(world, argv, "python -m demo.world", description=__doc__, after=lambda msg, kw: print(msg) or 0)
 
 

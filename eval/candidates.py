@@ -9,20 +9,32 @@ resumed run does not search again. Either source can be written as the reference
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from eval.loop import Chunk
+from eval.loop import Chunk, make_chunks
+from ralm.articles import forbidden_titles
 from ralm.files import file_sha256
-from ralm.settings import InputError, Retrieval
+from ralm.progress import Progress
+from ralm.retrieval import (
+    RetrievalCache,
+    index_identity,
+    passages_from_reference,
+    query_text,
+    read_reference_json,
+    reference_entry,
+    write_reference_json,
+)
+from ralm.search_process import SearchProcess
+from ralm.settings import InputError, Retrieval, Text, Windows
+from ralm.stage import tokenize_text
 from ralm.windows import Window
 
 
 def reference_entries_for(windows: Sequence[Window], ids: Sequence[int], tokenizer, queries: Sequence[str],
                           passages: Sequence[Sequence]) -> list[dict]:
     """The reference retrieval file for these windows (``future`` = the targets' text)."""
-    from ralm.retrieval import reference_entry
-
     return [reference_entry(w.target_begin, w.end, tokenizer.decode(ids[w.target_begin:w.end]), q, p)
             for w, q, p in zip(windows, queries, passages)]
 
@@ -30,10 +42,7 @@ def reference_entries_for(windows: Sequence[Window], ids: Sequence[int], tokeniz
 
 class FileCandidates:
     """Candidates read from a reference-format retrieval JSON file (checked against the windows)."""
-
     def __init__(self, path: str, windows: Sequence[Window], describe_settings: str):
-        from ralm.retrieval import passages_from_reference, read_reference_json
-
         if not Path(path).is_file():
             raise InputError(f"--retrieval_file {path!r} does not exist")
         try:
@@ -72,11 +81,8 @@ class IndexCandidates:
     The search process (and its JVM) starts only on the first chunk missing from the cache, so a second
     reranker evaluated on the same text starts no JVM at all.
     """
-
     def __init__(self, retrieval: Retrieval, ids: Sequence[int], tokenizer, forbidden: set[str], cache_dir: str | Path,
                  verbose: bool = False):
-        from ralm.retrieval import RetrievalCache, index_identity
-
         self.retrieval, self.ids, self.tokenizer, self.forbidden = retrieval, ids, tokenizer, forbidden
         self.verbose = verbose
         self.cache = RetrievalCache(cache_dir)
@@ -90,8 +96,6 @@ class IndexCandidates:
     @property
     def search(self):
         if self._search is None:
-            from ralm.search_process import SearchProcess
-
             sp = SearchProcess(self.retrieval.index, k1=self.retrieval.k1, b=self.retrieval.b, verbose=self.verbose)
             if self.retrieval.k > sp.num_docs:
                 sp.close()
@@ -103,8 +107,6 @@ class IndexCandidates:
         return self._search
 
     def queries(self, chunk: Chunk) -> list[str]:
-        from ralm.retrieval import query_text
-
         return [query_text(self.tokenizer, self.ids, w.target_begin, self.retrieval.query_tokens)
                 for w in chunk.windows]
 
@@ -137,3 +139,30 @@ class IndexCandidates:
     def close(self) -> None:
         if self._search is not None:
             self._search.close()
+
+
+def write_retrieval_file(output: str, model: str, text: Text, retrieval: Retrieval, windows: Windows,
+                         cache_dir: str | None, verbose: bool) -> str:
+    """``python -m eval.retrieval_file``'s work: BM25 for every stride of ``text``, in the reference's JSON."""
+    if not retrieval.index:
+        raise InputError("--retrieval.index is required")
+    tokens = tokenize_text(model, text, windows, documents=False)  # retrieval places no document
+    retrieval.check_windows(windows, tokens.max_length)
+    body, tok, ids, wins = tokens.body, tokens.tokenizer, tokens.ids, tokens.wins
+    forbidden = forbidden_titles(body) if retrieval.forbid_eval_titles else set()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = IndexCandidates(retrieval, ids, tok, forbidden, cache_dir or tmp, verbose=verbose)
+        queries, passages = [""], [[]]
+        try:
+            chunks = make_chunks(wins, 256)[1:]
+            with Progress(len(wins), "BM25", "queries") as bar:
+                for i, c in enumerate(chunks):
+                    for ahead in chunks[i:i + 3]:
+                        src.prefetch(ahead)
+                    queries += src.queries(c)
+                    passages += src.get(c)
+                    bar.update(len(c.windows))
+        finally:
+            src.close()
+    write_reference_json(output, reference_entries_for(wins, ids, tok, queries, passages))
+    return f"{len(wins)} strides, {len(forbidden)} forbidden titles, k={retrieval.k} -> {Path(output)}"

@@ -17,21 +17,29 @@ import re
 import sys
 from pathlib import Path
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
+import pyarrow.parquet as pq
 
-from eval.stats import BOOTSTRAP_SAMPLES, DEFAULT_BLOCKS, p_cell, paired_bootstrap, sign_test, units_of
+from eval.results import read_complete
+from eval.stats import (
+    BOOTSTRAP_SAMPLES,
+    DEFAULT_BLOCKS,
+    p_cell,
+    paired_bootstrap,
+    sign_test,
+    units_of,
+)
+from ralm.cli import run
 from ralm.settings import InputError
 
 
 def load_run(d: Path) -> dict:
-    from eval.results import read_complete
-
     res = read_complete(d)
     if res is None:
         raise InputError(f"{d} holds no complete eval.ppl run (results.json missing or its files changed); "
                          "rerun eval.ppl there to finish it")
-    import pyarrow.parquet as pq
-
     t = pq.read_table(d / "strides.parquet")
     return {"dir": d, "results": res, "nll": t.column("nll").to_numpy(), "rank": t.column("chosen_rank").to_numpy(),
             "n_tokens": t.column("n_tokens").to_numpy(),
@@ -88,9 +96,13 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
     base = by.get(baseline)
     unit, unit_name = units_of(len(runs[0]["nll"]), runs[0]["article"], blocks)
     bl = _label(base) if base else baseline
+    oracle = by.get("oracle")
+    gap = base is not None and oracle is not None and oracle is not base
     head = ["run", "word ppl", "token ppl"] + (["vs none"] if none else [])
     if base:
         head += [f"vs {bl} [95% CI]", "p (bootstrap)", f"strides better / worse than {bl}", "p (sign test)"]
+    if gap:
+        head += [f"gap {bl} → oracle closed"]
     head += ["BM25 first chosen", "s / 1k strides"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
@@ -109,6 +121,9 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
             better, worse, p = sign_test(nll.mean(0), base["nll"], ties=same_input(group, base))
             cells += [bs.cell(), p_cell(bs.p_not_better if bs.change < 0 else 1 - bs.p_not_better),
                       f"{better} / {worse}", p_cell(p)]
+        if gap:  # the share of the baseline-to-oracle distance in word perplexity this row covers
+            b, o = base["results"]["ppl_word"], oracle["results"]["ppl_word"]
+            cells.append("-" if group == [base] else f"{100 * (b - word) / (b - o):.0f}%" if b != o else "n/a")
         first = [(r["rank"][r["rank"] >= 0] == 0).mean() for r in group if (r["rank"] >= 0).any()]
         cells.append(f"{100 * np.mean(first):.0f}%" if first else "-")
         costs = [x["seconds_per_1000_strides"] for x in res if x.get("seconds_per_1000_strides") is not None]
@@ -129,6 +144,9 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
                      f"resamples of whole {unit_name}s (eval.stats); p (bootstrap): share of resamples on the other "
                      "side of zero. Sign test: strides with lower / higher NLL than the baseline, ties (the same passage "
                      "given to the same LM) dropped, two-sided.")
+    if gap:
+        lines.append(f"Gap closed: (word ppl of {bl} - the row's) / (word ppl of {bl} - the oracle's); the oracle picks "
+                     "with the targets in hand, an upper bound, not a method.")
     if groups:
         lines.append("Mean of N seeds (runs in directories NAME-seedN): geometric mean of their perplexities; its "
                      "interval resamples the seeds with replacement as well as the units, its sign test compares "
@@ -137,11 +155,7 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
 
 
 def plot(runs: list[dict], path: Path) -> None:
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [3, 1.3]})
     ref = runs[0]
     for r in runs[1:]:
@@ -203,8 +217,6 @@ def compare(runs: list[str], out: str | None = None, baseline: str = "bm25", blo
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ralm.cli import run
-
     def show(md, kwargs):
         print(md, end="")
         return 0

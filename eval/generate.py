@@ -15,13 +15,10 @@ token at which it was retrieved.
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import replace
-from pathlib import Path
-from typing import NamedTuple
 
-from ralm.settings import InputError, Ranker, Retrieval, Scoring, Windows
+from ralm.cli import run
+from ralm.settings import Ranker, Retrieval, Windows
 
 
 def generate(prompt: str | None = None, prompts_file: str | None = None, model: str = "gpt2",
@@ -50,97 +47,16 @@ def generate(prompt: str | None = None, prompts_file: str | None = None, model: 
         device: cpu | cuda | cuda:N (default: cuda when available).
         verbose: Show library and Java logging.
     """
-    from ralm.cli import quiet_libraries
-    from ralm.generation import Decoding
+    from eval.downstream import (
+        generate as work,  # the LM, the reranker: seconds that --help does without
+    )
 
-    quiet_libraries(verbose)
-    prompts = _read_prompts(prompt, prompts_file)
-    decoding = Decoding(max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, top_p=top_p,
-                        seed=seed, stop=stop)
-    opened = _open(model, reranker, retrieval, windows, ranker, seed, device, verbose)
-    try:
-        rows = _generate_batches(opened, prompts, retrieval, decoding, batch_size)
-    finally:
-        if opened.search is not None:
-            opened.search.close()
-    for r in rows:
-        r.update(model=model, reranker=reranker)
-    if out:
-        from ralm.files import atomic_write
-
-        atomic_write(Path(out), lambda t: Path(t).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                                                     for r in rows)))
-        print(f"[eval.generate] {len(rows)} generation(s) with their passages -> {out}", file=sys.stderr)
-    return rows
-
-
-def _read_prompts(prompt: str | None, prompts_file: str | None) -> list[str]:
-    prompts = [prompt.replace("\\n", "\n")] if prompt else []
-    if prompts_file:
-        path = Path(prompts_file)
-        if not path.is_file():
-            raise InputError(f"--prompts_file {prompts_file!r} does not exist")
-        prompts += [line.rstrip("\n").replace("\\n", "\n") for line in path.read_text().splitlines() if line.strip()]
-    if not prompts:
-        raise InputError("no prompt: pass --prompt TEXT or --prompts_file FILE (one prompt per line)")
-    return prompts
-
-
-class _Opened(NamedTuple):
-    lm: object
-    tok: object
-    selector: object
-    search: object  # a SearchProcess, or None for rerankers that use no documents
-    windows: Windows  # L fitted to the LM
-
-
-def _open(model, reranker, retrieval: Retrieval, windows: Windows, ranker: Ranker, seed, device, verbose) -> _Opened:
-    """The LM, its tokenizer, the selector, the search process (None for ``none``) and the windows with L
-    fitted to the LM; the reranker is refused before anything loads when generation cannot use it."""
-    if reranker in ("zero-shot", "oracle"):
-        raise InputError(f"--reranker {reranker}: ranks with LM scores of future tokens and is not offered for "
-                         "generation; use none, bm25, random, cosine or a trained reranker")
-    from eval.rerankers import check_reranker, make_selector
-    from ralm.models import load_causal_lm
-    from ralm.scoring import context_length, input_device
-
-    uses_docs = check_reranker(reranker, ranker)
-    if uses_docs and not retrieval.index:
-        raise InputError(f"--reranker {reranker} needs --retrieval.index (a Lucene index of passages)")
-    lm, tok = load_causal_lm(model, device)
-    windows = replace(windows, max_length=windows.fitted(context_length(lm)))
-    selector = make_selector(reranker, ranker, model, seed, windows=windows, max_length=windows.max_length,
-                             scoring=Scoring()).to(input_device(lm))
-    search = None
-    if uses_docs:
-        from ralm.retrieval import check_index
-        from ralm.search_process import SearchProcess
-
-        check_index(retrieval.index)
-        search = SearchProcess(retrieval.index, k1=retrieval.k1, b=retrieval.b, verbose=verbose)
-    return _Opened(lm, tok, selector, search, windows)
-
-
-def _generate_batches(opened: _Opened, prompts, retrieval: Retrieval, decoding, batch_size: int) -> list[dict]:
-    """Generations as JSON-ready rows; one prompt streams its text to stdout, several print a line each."""
-    from ralm.generation import generate as ralm_generate
-
-    stream = (lambda b, text: print(text, end="", flush=True)) if len(prompts) == 1 else None
-    rows = []
-    for i in range(0, len(prompts), batch_size):
-        for g in ralm_generate(opened.lm, opened.tok, prompts[i:i + batch_size], opened.selector, opened.search,
-                               retrieval=retrieval, windows=opened.windows, decoding=decoding, on_tokens=stream):
-            rows.append({"prompt": g.prompt, "text": g.text, "token_ids": g.token_ids, "retrievals": g.retrievals})
-            if stream is None:
-                print(json.dumps({"prompt": g.prompt, "text": g.text}, ensure_ascii=False), flush=True)
-    if stream is not None:
-        print(flush=True)
-    return rows
+    return work(prompt=prompt, prompts_file=prompts_file, model=model, reranker=reranker, retrieval=retrieval,
+                windows=windows, ranker=ranker, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
+                top_p=top_p, seed=seed, stop=stop, batch_size=batch_size, out=out, device=device, verbose=verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ralm.cli import run
-
     return run(generate, argv, "python -m eval.generate", description=__doc__, after=lambda rows, kw: 0)
 
 

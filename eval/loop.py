@@ -21,6 +21,7 @@ import torch
 
 from ralm.scoring import DocumentEncoder, LMScorer, condition_on_documents
 from ralm.selectors import Selector, StrideBatch
+from ralm.settings import SettingsError
 from ralm.windows import Window
 
 if TYPE_CHECKING:
@@ -58,7 +59,6 @@ def make_chunks(windows: Sequence[Window], size: int) -> list[Chunk]:
 class ChunkInput:
     """What a chunk is scored from besides the token stream: per stride, the allowed passages in rank
     order and the decoded window tokens before the targets ("" when the selector does not read them)."""
-
     chunk: Chunk
     candidates: list[list["Passage"]]
     prefix_texts: list[str]
@@ -134,8 +134,6 @@ def _choose_by_lm(wins: torch.Tensor, cands: list[list["Passage"]], batch: Strid
     trg = run[0].trg_len
     n_score = trg + rank_extra
     if n_score >= wins.shape[1]:
-        from ralm.settings import SettingsError
-
         raise SettingsError(f"a window of {wins.shape[1]} tokens is too short to rank on {rank_extra} tokens "
                             f"before {trg} targets; lower --windows.zero_shot_tokens or raise --windows.max_length")
     owner, row_passage, first_row = [], [], []
@@ -191,7 +189,6 @@ def _chunk_result(run: list[Window], cands: list[list["Passage"]], picks: Sequen
 @dataclass
 class LoopResult:
     """Everything the loop measured; perplexities are derived, never averaged."""
-
     n_tokens: int  # N: tokens in the text (the reference's token-level normaliser)
     stride_index: np.ndarray  # (S,) int
     stride_nll: np.ndarray  # (S,) float64 summed NLL of each stride's targets

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -24,13 +25,24 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch.utils.data import IterableDataset
 
-from eval.loop import (CandidateFn, Chunk, ChunkInput, ChunkResult, LoopResult, assemble, make_chunks, prefix_texts,
-                       score_chunk)
+from eval.loop import (
+    CandidateFn,
+    Chunk,
+    ChunkInput,
+    ChunkResult,
+    LoopResult,
+    assemble,
+    make_chunks,
+    prefix_texts,
+    score_chunk,
+)
+from ralm.cli import quiet_lightning
 from ralm.files import atomic_write
 from ralm.retrieval import Passage
 from ralm.scoring import DocumentEncoder, LMScorer, attach_lm
 from ralm.selectors import Selector
 from ralm.settings import Devices, Retrieval, Scoring, Windows
+from ralm.stage import predict
 from ralm.windows import stride_windows
 
 if TYPE_CHECKING:
@@ -85,7 +97,6 @@ def world() -> tuple[int, int]:
 
 class StrideChunks(IterableDataset):
     """This rank's pending chunks as ready-to-score items (``batch_size=None``: an item is a chunk)."""
-
     def __init__(self, ids: torch.Tensor, chunks: Sequence[Chunk], tokenizer, selector: Selector,
                  make_candidates: Callable[[], object] | None, prefetch: int = 2):
         self.ids, self.chunks, self.tokenizer, self.selector = ids, list(chunks), tokenizer, selector
@@ -117,7 +128,6 @@ class StrideChunks(IterableDataset):
 class EvalModule(pl.LightningModule):
     """A frozen causal LM (and the selector's own model, if any) scoring chunks of strides; ``reuse``
     holds target NLLs an earlier run computed for the same LM inputs (:mod:`eval.reuse`)."""
-
     def __init__(self, lm: torch.nn.Module, selector: Selector, ids: torch.Tensor, tokenizer, *, windows: Windows,
                  k: int, scoring: Scoring, reuse: "ReusedScores | None" = None):
         super().__init__()
@@ -162,7 +172,6 @@ def unbatched(item):
 
 class _ListedCandidates:
     """A candidate source over in-memory passages: ``candidates(windows)`` -> passages per window."""
-
     def __init__(self, candidates: CandidateFn):
         self.candidates = candidates
 
@@ -180,8 +189,6 @@ def predict_chunks(module: EvalModule, chunks: Sequence[Chunk], make_candidates,
                    devices: Devices):
     """Score ``chunks`` in one ``Trainer.predict`` (``ralm.stage``), each result written by ``writer``:
     the one path of ``eval.ppl`` and :func:`run_loop`. Returns (is_global_zero, seconds, world_size)."""
-    from ralm.stage import predict
-
     data = torch.utils.data.DataLoader(StrideChunks(module.ids, chunks, module.tokenizer, module.selector,
                                                     make_candidates), batch_size=None, collate_fn=unbatched)
     return predict(module, data, writer, devices, module.scoring, "eval.predict")
@@ -194,10 +201,6 @@ def run_loop(ids: Sequence[int], tokenizer, lm: torch.nn.Module, selector: Selec
     :class:`StrideChunks` and :class:`EvalModule` in one ``Trainer.predict`` (``ralm.stage``), each chunk
     written by :class:`ChunkWriter` and read back, then assembled. ``candidates`` maps windows to their
     allowed passages; required unless the selector uses no documents."""
-    import tempfile
-
-    from ralm.cli import quiet_lightning
-
     quiet_lightning(False)
     if selector.uses_documents and candidates is None:
         raise ValueError(f"the {selector.name!r} reranker needs retrieval: pass candidates")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ralm.models import load_causal_lm
+from ralm.loading import load_causal_lm
 from ralm.scoring import context_length
 from ralm.selectors import BUILTIN, RandomCandidate, ZeroShotOtherLM
 from ralm.settings import RERANKER_NAMES, InputError, Ranker, Scoring, Windows

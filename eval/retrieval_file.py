@@ -10,9 +10,9 @@ passages. ``eval.ppl --retrieval_file`` reads the result, and so does the refere
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from ralm.settings import WIKITEXT103_TEST, InputError, Retrieval, Text, Windows
+from ralm.cli import run
+from ralm.settings import WIKITEXT103_TEST, Retrieval, Text, Windows
 
 
 def retrieve(output: str, model: str = "gpt2", text: Text = WIKITEXT103_TEST, retrieval: Retrieval = Retrieval(),
@@ -28,42 +28,14 @@ def retrieve(output: str, model: str = "gpt2", text: Text = WIKITEXT103_TEST, re
         cache_dir: Retrieval cache directory (default: none).
         verbose: Show Java logging.
     """
-    import tempfile
+    from eval.candidates import (
+        write_retrieval_file,  # the tokenizer, the search process
+    )
 
-    from eval.candidates import IndexCandidates, reference_entries_for
-    from eval.loop import make_chunks
-    from ralm.corpus import forbidden_titles
-    from ralm.progress import Progress
-    from ralm.retrieval import write_reference_json
-    from ralm.stage import tokenize_text
-
-    if not retrieval.index:
-        raise InputError("--retrieval.index is required")
-    tokens = tokenize_text(model, text, windows, documents=False)  # retrieval places no document
-    retrieval.check_windows(windows, tokens.max_length)
-    body, tok, ids, wins = tokens.body, tokens.tokenizer, tokens.ids, tokens.wins
-    forbidden = forbidden_titles(body) if retrieval.forbid_eval_titles else set()
-    with tempfile.TemporaryDirectory() as tmp:
-        src = IndexCandidates(retrieval, ids, tok, forbidden, cache_dir or tmp, verbose=verbose)
-        queries, passages = [""], [[]]
-        try:
-            chunks = make_chunks(wins, 256)[1:]
-            with Progress(len(wins), "BM25", "queries") as bar:
-                for i, c in enumerate(chunks):
-                    for ahead in chunks[i:i + 3]:
-                        src.prefetch(ahead)
-                    queries += src.queries(c)
-                    passages += src.get(c)
-                    bar.update(len(c.windows))
-        finally:
-            src.close()
-    write_reference_json(output, reference_entries_for(wins, ids, tok, queries, passages))
-    return f"{len(wins)} strides, {len(forbidden)} forbidden titles, k={retrieval.k} -> {Path(output)}"
+    return write_retrieval_file(output, model, text, retrieval, windows, cache_dir, verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ralm.cli import run
-
     return run(retrieve, argv, "python -m eval.retrieval_file", description=__doc__,
                after=lambda msg, kw: print(msg) or 0)
 

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import pyarrow.parquet as pq
 import torch
 
+from eval.results import CANDIDATES, read_complete
 from ralm.settings import InputError
 
 #: What must be equal for a stride's LM input and its scoring to be the same (the reranker may differ).
@@ -29,16 +31,12 @@ MATCH = ("model", "windows", "dtype", "retrieval")
 
 class ReusedScores:
     """Target NLLs by (stride, chosen docid) from finished runs; ``""`` is "no passage"."""
-
     def __init__(self, scores: dict[tuple[int, str], np.ndarray]):
         self.scores = scores
 
     @classmethod
     def load(cls, dirs: Sequence[str], identity: dict) -> "ReusedScores":
         """The finished ``eval.ppl`` runs in ``dirs``, each checked against this run's ``identity``."""
-        import pyarrow.parquet as pq
-
-        from eval.results import CANDIDATES, read_complete
 
         scores: dict[tuple[int, str], np.ndarray] = {}
         for d in map(Path, dirs):

@@ -10,11 +10,17 @@ the modules that define the signatures: ``--help`` imports only them.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import importlib
 import inspect
 import logging
 import os
 import sys
+import warnings
 from typing import Any, Callable
+
+from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter
 
 from ralm.settings import InputError
 
@@ -35,10 +41,6 @@ def error(prog: str, msg: Any) -> int:
 def help_formatter():
     """jsonargparse's help formatter, printing the description as written: example commands stay on their
     own lines (argparse would re-wrap them into one paragraph)."""
-    import argparse
-
-    from jsonargparse import DefaultHelpFormatter
-
     class HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
         pass
 
@@ -46,8 +48,6 @@ def help_formatter():
 
 
 def make_parser(fn: Callable, prog: str, description: str | None = None, varargs: str | None = None):
-    from jsonargparse import ActionConfigFile, ArgumentParser
-
     doc = description if description is not None else (inspect.getdoc(sys.modules[fn.__module__]) or "")
     parser = ArgumentParser(prog=prog, description=doc, exit_on_error=False, default_env=False, allow_abbrev=False,
                             formatter_class=help_formatter())
@@ -65,8 +65,6 @@ def make_parser(fn: Callable, prog: str, description: str | None = None, varargs
 def parse(fn: Callable, argv: list[str] | None, prog: str, description: str | None = None,
           varargs: str | None = None) -> dict:
     """The instantiated keyword arguments of ``fn`` from ``argv`` (raises :class:`InputError`)."""
-    from jsonargparse import ArgumentError
-
     parser = make_parser(fn, prog, description, varargs)
     try:
         cfg = parser.parse_args(argv)
@@ -98,8 +96,6 @@ def run_commands(commands: dict[str, Callable], argv: list[str] | None, prog: st
     """``prog COMMAND ...`` for a tool with several commands (``python -m ralm.models fetch NAME``): each
     command's flags come from its function's signature as in :func:`run` (``varargs`` names, per
     command, the parameter given as positional words); input errors are one line and exit 2."""
-    from jsonargparse import ArgumentError, ArgumentParser
-
     varargs = varargs or {}
     parser = ArgumentParser(prog=prog, description=description, epilog=epilog, exit_on_error=False,
                             default_env=False, allow_abbrev=False, formatter_class=help_formatter())
@@ -125,9 +121,6 @@ def run_module(module: str, argv: list[str], cwd: str | os.PathLike | None = Non
     """``python -m MODULE ARGV`` in this process: that module's ``main(argv)`` (run from ``cwd``, as a
     subprocess would be), sparing a 2-core machine the ~10-15 s of imports a new process pays. Returns the
     exit status (``reranking.fit``'s ``main`` returns its LightningCLI on success: 0)."""
-    import contextlib
-    import importlib
-
     with contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext():
         rc = importlib.import_module(module).main(list(argv))
     sys.stdout.flush()
@@ -140,8 +133,6 @@ def quiet_libraries(verbose: bool = False) -> None:
     and duplicated INFO lines, transformers' and datasets' progress/warnings, Python warnings."""
     if verbose:
         return
-    import warnings
-
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")

@@ -22,6 +22,9 @@ from typing import Callable, Sequence
 
 import torch
 
+from ralm.retrieval import query_text
+from ralm.scoring import DocumentEncoder, input_device
+from ralm.selectors import StrideBatch
 from ralm.settings import Retrieval, Windows
 
 
@@ -29,7 +32,6 @@ from ralm.settings import Retrieval, Windows
 class Decoding:
     """How tokens are drawn: greedy by default; sampling draws from ``seed`` (the same prompts in the same
     batch give the same text); ``stop`` ends a continuation at its first occurrence (kept out of the text)."""
-
     max_new_tokens: int = 64
     sample: bool = False
     temperature: float = 1.0
@@ -41,7 +43,6 @@ class Decoding:
 @dataclass
 class Generation:
     """One prompt's continuation and the passages it was written with."""
-
     prompt: str
     text: str
     token_ids: list[int]
@@ -65,8 +66,6 @@ def context_row(ids: Sequence[int], doc: Sequence[int] | None, end: int, max_len
 def _stride_ids(lm, rows: list[list[int]], pad_id: int, new_tokens: int, decoding: Decoding, seed: int,
                 eos: int | None) -> list[list[int]]:
     """``new_tokens`` tokens after each row, all rows in one left-padded ``generate`` call."""
-    from ralm.scoring import input_device
-
     width = max(len(r) for r in rows)
     device = input_device(lm)
     input_ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows], device=device)
@@ -90,7 +89,7 @@ def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, re
     """Continue every prompt with retrieval every ``windows.stride`` tokens (batched over prompts).
 
     Args:
-        lm, tokenizer: a frozen causal LM and its tokenizer (``ralm.models.load_causal_lm``).
+        lm, tokenizer: a frozen causal LM and its tokenizer (``ralm.loading.load_causal_lm``).
         selector: a :class:`ralm.selectors.Selector` that needs no LM scores.
         search: ``search(queries, k) -> list[list[Passage]]`` (a ``SearchProcess`` or ``BM25Retriever``);
             unused by ``none``.
@@ -99,8 +98,6 @@ def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, re
         decoding: greedy or sampled, how many tokens, where to stop.
         on_tokens: called with (prompt index, new text) as each stride is written (streaming).
     """
-    from ralm.scoring import DocumentEncoder
-
     if selector.needs_lm_scores:
         raise ValueError(f"reranker {selector.name!r} ranks with LM scores of future tokens; generation offers "
                          "none, bm25, random, cosine and trained rerankers")
@@ -138,9 +135,6 @@ def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, re
 
 def _choose(selector, search, tokenizer, contexts, retrieval: Retrieval, s, max_length, written):
     """(passage or None, its BM25 rank or None, the query) per context."""
-    from ralm.retrieval import query_text
-    from ralm.selectors import StrideBatch
-
     if not selector.uses_documents:
         return [(None, None, "") for _ in contexts]
     k = retrieval.k

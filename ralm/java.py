@@ -14,6 +14,7 @@ Rules that follow from pyjnius: call :func:`start_jvm` before anything imports `
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -48,8 +49,6 @@ def anserini_jar() -> Path:
     Importing ``pyserini`` would already configure and start the JVM the wrong way, so the jar is
     located through the package spec only.
     """
-    import importlib.util
-
     spec = importlib.util.find_spec("pyserini")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("BM25 needs Pyserini, which is not installed. Fix: pip install 'pyserini==1.6.0'")

@@ -4,8 +4,10 @@ Two ``eval.ppl`` (or ``data_gen.build``, or ``reranking.fit`` exports) started o
 user rerunning in a second terminal — would share resumable state and overwrite each other's files. The
 first run holds an exclusive ``flock`` on ``DIR/.lock`` for its whole life; the second is refused at once
 with the directory and the holder's pid, host and command. The kernel releases the lock when the holder
-exits however it ends (SIGKILL included), so no stale lock survives a crash; the file itself stays. Only
-global rank 0 takes it: the other ranks of a distributed run belong to the same run.
+exits however it ends (SIGKILL included), so no stale lock survives a crash. A run that ends (or fails, or is
+stopped) removes the lock file, and the directory too when the run created it and left nothing in it: a
+command refused at its first check leaves nothing behind. Only global rank 0 takes it: the other ranks of a
+distributed run belong to the same run.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def claim(directory: str | Path, flag: str) -> Iterator[None]:
         yield
         return
     d = Path(directory)
+    created = not d.exists()
     try:
         d.mkdir(parents=True, exist_ok=True)
         f = open(d / LOCK, "a+", encoding="utf-8")
@@ -61,4 +64,10 @@ def claim(directory: str | Path, flag: str) -> Iterator[None]:
         f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')} "
                 f"({' '.join([Path(sys.orig_argv[0]).name, *sys.orig_argv[1:]])[:300]})\n")
         f.flush()
-        yield  # closing the file releases the lock
+        try:
+            yield
+        finally:  # still holding it: no other run can be between the check and the removal
+            (d / LOCK).unlink(missing_ok=True)
+            if created and not any(d.iterdir()):
+                d.rmdir()
+    # closing the file released the lock

@@ -22,7 +22,10 @@ from pathlib import Path
 
 import torch
 
+from ralm.retrieval import Passage
 from ralm.scoring import input_device
+from ralm.selectors import StrideBatch
+from ralm.settings import InputError
 
 PROMPT = "{document}\n\nQ: {question}\nA:"
 NO_DOC_PROMPT = "Q: {question}\nA:"
@@ -69,9 +72,6 @@ class Question:
 
 def read_questions(path: str | Path) -> list[Question]:
     """Questions from a JSON list or JSON lines (``question``, ``answers`` or ``answer``, optional ``ctxs``)."""
-    from ralm.retrieval import Passage
-    from ralm.settings import InputError
-
     path = Path(path)
     if not path.is_file():
         raise InputError(f"--questions {str(path)!r} does not exist")
@@ -110,8 +110,6 @@ def _continuation_nll(lm, tok, contexts: list[str], continuation: str) -> list[f
 
 def choose(question: Question, candidates: list, reranker: str, selector, lm, tok, doc_of) -> int:
     """Index of the passage to use (-1: none)."""
-    from ralm.selectors import StrideBatch
-
     if not candidates or reranker == "none":
         return -1
     if reranker == "zero-shot":  # the LM's likelihood of the question itself, given each passage

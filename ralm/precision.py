@@ -16,6 +16,8 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 #: CPU flags (as /proc/cpuinfo spells them) of native bf16 arithmetic.
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 #: CPU flags worth printing beside a timing.
@@ -28,7 +30,6 @@ _DTYPE_TO_LIGHTNING = {"float32": "32-true", "bfloat16": "bf16-mixed"}
 @dataclass(frozen=True)
 class Choice:
     """A resolved precision and why it was chosen (printed once per run, recorded in its outputs)."""
-
     dtype: str          # float32 | bfloat16 | float16
     reason: str
 
@@ -67,8 +68,6 @@ def cpu_description() -> str:
 
 
 def _onednn_bf16() -> bool:
-    import torch
-
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -78,8 +77,6 @@ def _onednn_bf16() -> bool:
 @functools.lru_cache(maxsize=None)
 def native_bf16(device_type: str) -> tuple[bool, str]:
     """Whether ``device_type`` ("cuda" or "cpu") runs bf16 natively, and the evidence."""
-    import torch
-
     if device_type == "cuda":
         ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
         name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
@@ -111,8 +108,6 @@ AUTO_PRECISION = ("auto", None)
 
 def run_device_type(accelerator: str | None) -> str:
     """The device type a run with Lightning's ``accelerator`` setting computes on ("cuda" or "cpu")."""
-    import torch
-
     acc = (accelerator or "auto").lower()
     return "cuda" if acc in ("gpu", "cuda") or (acc == "auto" and torch.cuda.is_available()) else "cpu"
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 import time
 
+from tqdm.auto import tqdm
+
 
 def _dur(s: float) -> str:
     s = int(max(0, s))
@@ -20,7 +22,6 @@ def _dur(s: float) -> str:
 
 class Progress:
     """``with Progress(total, "score", "examples") as p: ... p.update(n)``; silent when ``enabled`` is False."""
-
     def __init__(self, total: int, desc: str, unit: str = "it", enabled: bool = True, interval: float = 30.0,
                  initial: int = 0):
         self.total, self.desc, self.unit, self.interval = total, desc, unit, interval
@@ -31,8 +32,6 @@ class Progress:
         self._bar = None
         self.extra = ""  # appended to each log line (e.g. the current loss)
         if enabled and sys.stderr.isatty():
-            from tqdm.auto import tqdm
-
             self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, smoothing=0.05)
 
     def update(self, n: int = 1) -> None:

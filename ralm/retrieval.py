@@ -20,6 +20,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Collection, Sequence
 
+from ralm.files import atomic_write
+from ralm.java import jvm_pid, start_jvm
+from ralm.settings import InputError
+
 __all__ = [
     "Passage",
     "BM25Retriever",
@@ -43,7 +47,6 @@ class Passage:
     quotes stripped) and serve exclusion and display. ``contents``, when set, is the exact stored
     string; :meth:`document` then returns it byte for byte, which is what the reference conditions on.
     """
-
     docid: str
     title: str
     text: str
@@ -95,8 +98,6 @@ def _segments_digest(index_dir: Path) -> str:
 def check_index(index: str | None, flag: str = "--retrieval.index") -> None:
     """Fail fast, without the JVM, on an index that is neither a Lucene index directory nor a plausible
     Pyserini prebuilt name."""
-    from ralm.settings import InputError
-
     if not index:
         raise InputError(f"{flag} is required: a Lucene index directory (python -m ralm.corpus) or a Pyserini "
                          "prebuilt index name")
@@ -123,10 +124,7 @@ class BM25Retriever:
     index name such as ``wikipedia-dpr-100w`` (downloaded on first use). The index must store raw
     documents (``-storeRaw``), since the passages' text is read back from it.
     """
-
     def __init__(self, index: str, k1: float = 0.9, b: float = 0.4, threads: int | None = None) -> None:
-        from ralm.java import start_jvm
-
         start_jvm()
         from jnius import autoclass
 
@@ -199,8 +197,6 @@ class BM25Retriever:
         shallow first depth only saves time (the reference always fetches 100). Empty queries get no
         passages.
         """
-        from ralm.java import jvm_pid
-
         if jvm_pid() != os.getpid():
             raise RuntimeError(
                 "BM25Retriever.search called in a forked child of the process that started the JVM; "
@@ -266,7 +262,6 @@ class RetrievalCache:
     the queries in order, the per-query exclusions and the forbidden set. A different batch of the
     same queries is a different entry: callers should cache at a stable granularity (e.g. a shard).
     """
-
     def __init__(self, directory: str | Path) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -294,8 +289,6 @@ class RetrievalCache:
         return [[_passage_from_dict(d) for d in row] for row in data["results"]]
 
     def put(self, key: str, results: list[list[Passage]]) -> None:
-        from ralm.files import atomic_write
-
         def write(tmp: Path) -> None:
             with gzip.open(tmp, "wt", encoding="utf-8") as f:
                 json.dump({"results": [[_passage_to_dict(p) for p in row] for row in results]}, f, ensure_ascii=False)

@@ -20,6 +20,7 @@ from typing import Sequence
 
 import torch
 
+from ralm.precision import resolve as resolve_precision
 from ralm.settings import Windows
 
 
@@ -36,9 +37,7 @@ def autocast_for(device: torch.device, dtype: str = "auto"):
     "auto": bf16 autocast where the device runs bf16 natively (:mod:`ralm.precision`), plain float32
     elsewhere; "float32": never autocast; "bfloat16"/"float16": autocast to that dtype.
     """
-    from ralm.precision import resolve
-
-    choice = resolve(dtype, device.type)
+    choice = resolve_precision(dtype, device.type)
     if choice.dtype == "float32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=getattr(torch, choice.dtype))
@@ -60,7 +59,6 @@ class DocumentEncoder:
     GPT-2, BOS for e.g. Llama), cut from the right. The same passages come back stride after stride,
     so tokenizing each once matters.
     """
-
     def __init__(self, tokenizer, max_tokens: int = Windows.doc_max_tokens, cache_size: int = 200_000):
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
@@ -119,7 +117,6 @@ def attach_lm(module: torch.nn.Module, lm: torch.nn.Module) -> None:
 
 class LMScorer:
     """Batched per-token NLL of the last ``n`` tokens of equal-length rows under a frozen LM."""
-
     def __init__(self, model, batch_size: int = 16, dtype: str = "auto"):
         self.model = model
         self.batch_size = batch_size

@@ -28,7 +28,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Collection, Sequence
 
-from ralm.retrieval import Passage
+from ralm.java import start_jvm
+from ralm.retrieval import BM25Retriever, Passage
 from ralm.settings import InputError
 
 __all__ = ["SearchProcess", "SearchProcessError"]
@@ -56,7 +57,6 @@ class SearchProcess:
         verbose: let the child's Java/Pyserini logging through to stderr (default: to a log file).
         restarts: how many times a dead child is restarted before giving up.
     """
-
     def __init__(self, index: str, k1: float = 0.9, b: float = 0.4, threads: int | None = None,
                  max_heap: str = "2g", verbose: bool = False, restarts: int = 3) -> None:
         self.index, self.k1, self.b = str(index), float(k1), float(b)
@@ -228,9 +228,6 @@ def serve(read_fd: int, write_fd: int) -> None:
     recv, send = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     _, index, k1, b, threads, max_heap = recv.recv()
     try:
-        from ralm.java import start_jvm
-        from ralm.retrieval import BM25Retriever
-
         start_jvm(max_heap)
         retriever = BM25Retriever(index, k1=k1, b=b, threads=threads)
     except (ValueError, RuntimeError) as e:

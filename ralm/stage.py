@@ -13,7 +13,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import lightning.pytorch as pl
+
+from ralm.loading import check_causal_lm, load_causal_lm, load_config, load_tokenizer
+from ralm.scoring import context_length
 from ralm.settings import Devices, InputError, Scoring, Text, Windows
+from ralm.sigterm import StopOnSigterm
+from ralm.windows import stride_windows
 
 
 @dataclass(frozen=True)
@@ -31,10 +37,6 @@ def tokenize_text(model: str, text: Text, windows: Windows, *, documents: bool =
     """Load the text and the LM's tokenizer, fit the window to the LM's context (leaving room for a
     document when ``documents``), cut the strides. Refuses a model that is not a causal LM and a text
     of fewer than 2 tokens, naming the flag."""
-    from ralm.models import check_causal_lm, load_config, load_tokenizer
-    from ralm.scoring import context_length
-    from ralm.windows import stride_windows
-
     try:
         body = text.load()
     except (FileNotFoundError, ValueError) as e:
@@ -51,8 +53,6 @@ def tokenize_text(model: str, text: Text, windows: Windows, *, documents: bool =
 def open_lm(model: str, scoring: Scoring, work: Path):
     """The frozen causal LM, loaded on CPU for Lightning to move, or placed by ``scoring.device_map``
     (weights that do not fit offloaded under ``work/offload``)."""
-    from ralm.models import load_causal_lm
-
     lm, _ = load_causal_lm(model, "cpu", device_map=scoring.device_map, max_memory=scoring.max_memory,
                            offload_folder=str(Path(work) / "offload"))
     return lm
@@ -63,10 +63,6 @@ def predict(module, data, writer, devices: Devices, scoring: Scoring, name: str)
     ``NAME.done``. Only global rank 0 keeps the writer's progress bar.
 
     Returns ``(is_global_zero, seconds, world_size)``."""
-    import lightning.pytorch as pl
-
-    from ralm.sigterm import StopOnSigterm
-
     trainer = pl.Trainer(**devices.kwargs(one_process=scoring.device_map is not None), logger=False,
                          enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
                          callbacks=[writer, StopOnSigterm(name)], inference_mode=True)

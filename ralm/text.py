@@ -1,25 +1,33 @@
-"""Evaluation and training text, read exactly as the reference evaluation reads it (METHOD §2.1)."""
+"""Evaluation and training text, read exactly as the reference evaluation reads it (METHOD §2.1).
+
+A local file may be of any format :mod:`ralm.documents` reads: a text file is read as is, records (JSONL,
+parquet, a saved dataset, a folder of .txt files) become titled articles in raw WikiText layout.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
+
+from datasets import load_dataset
+
+from ralm.documents import as_wikitext, detect, read_documents, read_text_file
 
 
 def load_text(dataset: str = "wikitext", name: str | None = "wikitext-103-v1", split: str = "test",
               text_file: str | Path | None = None) -> str:
     """A whole split as one string.
 
-    A local file is read as is. A Hugging Face dataset's rows are concatenated with an empty row
-    counting as ``" \\n"``, which reproduces the raw WikiText file byte for byte.
+    A local text file is read as is (records as WikiText-layout articles). A Hugging Face dataset's rows are
+    concatenated with an empty row counting as ``" \\n"``, which reproduces the raw WikiText file byte for byte.
     """
     if text_file is not None:
         path = Path(text_file)
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"file {str(path)!r} does not exist")
-        text = path.read_text(encoding="utf-8")
+        fmt = detect(path, "--text.file")
+        text = read_text_file(path, "--text.file") if fmt == "text" else as_wikitext(read_documents(path, fmt, "--text.file"))
     else:
-        from datasets import load_dataset
-
         try:
             rows = load_dataset(dataset, name, split=split)
         except Exception as e:  # datasets raises many types; the fix is the same
@@ -31,6 +39,14 @@ def load_text(dataset: str = "wikitext", name: str | None = "wikitext-103-v1", s
     if not text.strip():
         raise ValueError(f"the text ({text_file or f'{dataset}/{name}/{split}'}) is empty")
     return text
+
+
+def hf_lines(path: str = "wikitext", name: str | None = "wikitext-103-raw-v1", split: str = "train") -> Iterator[str]:
+    """Stream the rows of a Hugging Face text dataset (column ``text``) as lines; an empty WikiText row is a
+    blank line of the raw file, and rows are yielded as they are."""
+    ds = load_dataset(path, name, split=split)
+    for batch in ds.iter(batch_size=10_000):
+        yield from batch["text"]
 
 
 def word_count(text: str) -> int:

@@ -13,6 +13,23 @@ import random
 from pathlib import Path
 from typing import Iterable
 
+import torch
+from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer
+from tokenizers.processors import RobertaProcessing, TemplateProcessing
+from transformers import (
+    AutoModel,
+    BertConfig,
+    BertTokenizerFast,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPT2TokenizerFast,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    RobertaConfig,
+    RobertaTokenizerFast,
+)
+
 _SYLLABLES = ["ka", "lo", "mi", "ra", "ten", "vor", "sel", "an", "du", "pe", "ri", "sto", "gu", "fa", "ne", "bri"]
 _COMMON = (
     "the of and in to was a is for on as by with from at that his it an were are which this "
@@ -49,9 +66,6 @@ def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int =
     ``kind="gpt2"`` gives a GPT-2 style tokenizer (``<|endoftext|>``); ``kind="roberta"`` adds the
     RoBERTa specials (``<s> </s> <pad> <unk> <mask>``) and post-processor.
     """
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import GPT2TokenizerFast, RobertaTokenizerFast
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     specials = ["<|endoftext|>"] if kind == "gpt2" else ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
@@ -61,8 +75,6 @@ def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int =
         tok = GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
                                 eos_token="<|endoftext|>", unk_token="<|endoftext|>")
     elif kind == "roberta":
-        from tokenizers.processors import RobertaProcessing
-
         bpe._tokenizer.post_processor = RobertaProcessing(("</s>", bpe.token_to_id("</s>")),
                                                           ("<s>", bpe.token_to_id("<s>")))
         tok = RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>",
@@ -80,9 +92,6 @@ def make_gpt2(out_dir: str | Path, tokenizer, n_layer: int = 2, n_embd: int = 32
     """A randomly initialised GPT-2 (real architecture), saved with its tokenizer.
 
     ``vocab_size``: the embedding rows (default: the tokenizer's); 50,257 gives GPT-2's real LM-head cost."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=vocab_size or len(tokenizer), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
                         n_head=n_head, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
@@ -98,9 +107,6 @@ def make_roberta(out_dir: str | Path, tokenizer, num_hidden_layers: int = 2, hid
 
     ``config`` overrides further ``RobertaConfig`` fields (e.g. ``initializer_range``, dropouts).
     """
-    import torch
-    from transformers import AutoModel, RobertaConfig
-
     torch.manual_seed(seed)
     overrides = config
     config = RobertaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
@@ -119,10 +125,6 @@ def train_bos_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: i
     Exercises the tokenization rules that differ from GPT-2's: the evaluation text is tokenized without
     special tokens, while documents are encoded with them (``tokenizer.encode``, as the reference does).
     """
-    from tokenizers import ByteLevelBPETokenizer
-    from tokenizers.processors import TemplateProcessing
-    from transformers import PreTrainedTokenizerFast
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     bpe = ByteLevelBPETokenizer()
@@ -140,9 +142,6 @@ def make_llama(out_dir: str | Path, tokenizer, hidden_size: int = 32, num_hidden
                num_attention_heads: int = 4, num_key_value_heads: int = 2, max_position_embeddings: int = 1024,
                seed: int = 0):
     """A randomly initialised Llama (grouped-query attention, RoPE, SiLU MLP), saved with its tokenizer."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
                          num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
@@ -159,10 +158,6 @@ def make_bert(out_dir: str | Path, texts: Iterable[str], vocab_size: int = 600, 
               num_hidden_layers: int = 2, num_attention_heads: int = 2, max_position_embeddings: int = 128, seed: int = 0):
     """A randomly initialised BERT encoder with a locally trained uncased WordPiece tokenizer
     (``[CLS] a [SEP] b [SEP]`` pairs with token type ids, as MiniLM's)."""
-    import torch
-    from tokenizers import BertWordPieceTokenizer
-    from transformers import AutoModel, BertConfig, BertTokenizerFast
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     wp = BertWordPieceTokenizer(lowercase=True)

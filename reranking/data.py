@@ -9,7 +9,6 @@ candidate), optionally ``nodoc_logprob``. The collator tokenizes with :meth:`rer
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,8 @@ from datasets import load_dataset
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader
 
-from ralm.models import load_tokenizer
+from ralm.articles import hashed_below
+from ralm.loading import load_tokenizer
 from ralm.schema import TRAINING_COLUMNS
 from ralm.settings import InputError, SettingsError
 from reranking.inputs import InputFormat
@@ -40,12 +40,6 @@ def parquet_files(data_dir: str | os.PathLike) -> list[str]:
             f"no *.parquet shards in {str(d)!r} ({'missing directory' if found is None else f'contains {found}'}); "
             "generate training data with `python -m data_gen.build ...` and pass its output as --data.data_dir")
     return files
-
-
-def hashed_below(keys, fraction: float, seed: int) -> np.ndarray:
-    """Deterministic split by key: hash(seed, key) → [0, 1) < fraction, for each key (an id, a title)."""
-    return np.array([int.from_bytes(hashlib.blake2b(f"{seed}:{k}".encode(), digest_size=8).digest(), "little")
-                     / 2**64 < fraction for k in keys], dtype=bool)
 
 
 def is_validation(ids: np.ndarray, fraction: float, seed: int) -> np.ndarray:

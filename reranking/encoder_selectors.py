@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from ralm.models import load_tokenizer
+from ralm.loading import load_tokenizer
 from ralm.retrieval import Passage
 from ralm.selectors import Selector, StrideBatch
 from ralm.settings import EncoderInput

@@ -21,7 +21,10 @@ import tempfile
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_model, save_model
+from transformers import AutoConfig, AutoTokenizer
 
+from ralm.settings import InputError
 from reranking.inputs import InputFormat
 from reranking.model import make_model
 
@@ -41,8 +44,6 @@ def export(system, out_dir: str | Path, trained: dict | None = None) -> Path:
 
 def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path, trained: dict | None = None) -> Path:
     """Write a reranker model, its tokenizer and input format as a self-describing directory."""
-    from safetensors.torch import save_model
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_model(model, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
@@ -76,8 +77,6 @@ def checkpoint_meta(system) -> dict:
 def read_checkpoint(path: Path, flag: str = "") -> dict:
     """A reranking.fit checkpoint's dict, read without unpickling code (``weights_only``); a truncated,
     corrupt or foreign file is one :class:`InputError` naming ``flag`` and the path."""
-    from ralm.settings import InputError
-
     name = f"{flag} {str(path)!r}".strip()
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
@@ -93,8 +92,6 @@ def read_checkpoint(path: Path, flag: str = "") -> dict:
 
 def check_reranker(path: str | Path) -> None:
     """Cheap checks that ``path`` is a reranker export or a reranking.fit checkpoint (before heavy work)."""
-    from ralm.settings import InputError
-
     path = Path(path)
     if path.is_dir():
         if not (path / META_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
@@ -119,13 +116,9 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
 
     The model is returned in eval mode on ``device``.
     """
-    from transformers import AutoConfig, AutoTokenizer
-
     path = Path(path)
     check_reranker(path)
     if path.is_dir():
-        from safetensors.torch import load_model
-
         meta = json.loads((path / META_FILE).read_text())
         fmt = InputFormat.from_dict(meta["input_format"])
         model = make_model(fmt.architecture, config=AutoConfig.from_pretrained(path), temperature=meta.get("cosine_temperature"),

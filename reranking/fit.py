@@ -65,7 +65,9 @@ def _help(args: list[str]) -> int:
 
 
 def _fit(args: list[str]):
-    from reranking.training import fit  # Lightning: seconds of imports that --help does without
+    from reranking.training import (
+        fit,  # Lightning: seconds of imports that --help does without
+    )
 
     return fit(args, description=__doc__)
 

@@ -11,8 +11,14 @@ Two architectures score f(x, d) for a prefix x and a passage d:
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
+from transformers import AutoModel
+
+from ralm.loading import load_config
+from ralm.models import resolve
 
 
 def _encoder(encoder: str, pretrained: bool, config, attention_dropout: float | None = None,
@@ -20,10 +26,6 @@ def _encoder(encoder: str, pretrained: bool, config, attention_dropout: float | 
     """An ``AutoModel`` in train mode without its pooler (unused parameters break DDP); ``attention_dropout``
     and ``hidden_dropout`` replace the config's dropout on attention probabilities and on hidden states
     (``None``: the encoder's own)."""
-    from transformers import AutoModel
-
-    from ralm.models import load_config, resolve
-
     given = config is not None
     config = config if given else load_config(encoder)
     for value, attr, flag in ((attention_dropout, "attention_probs_dropout_prob", "attention_dropout"),
@@ -61,7 +63,6 @@ class CrossEncoder(nn.Module):
 
     The encoder's pooler (if any) is dropped: it is unused, and unused parameters break DDP.
     """
-
     architecture = "cross"
     input_keys = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -121,7 +122,6 @@ class BiEncoder(nn.Module):
         attention_dropout: replaces the encoder's dropout on attention probabilities (``None``: keep it).
         hidden_dropout: replaces the encoder's dropout on hidden states (``None``: keep it).
     """
-
     architecture = "bi"
     input_keys = ("query_input_ids", "query_attention_mask", "passage_input_ids", "passage_attention_mask",
                   "pair_query")
@@ -139,8 +139,6 @@ class BiEncoder(nn.Module):
         self.passage_encoder = None
         self._frozen: dict[bytes, torch.Tensor] = {}  # a passage's real token ids -> its embedding
         if frozen_passages:
-            import copy
-
             self.passage_encoder = copy.deepcopy(self.encoder).eval().requires_grad_(False)
             # new weights (an export, a checkpoint, init_from) make every cached embedding stale
             self.register_load_state_dict_post_hook(lambda module, keys: module._frozen.clear())

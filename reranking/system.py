@@ -11,7 +11,7 @@ from torchmetrics import SumMetric
 from torchmetrics.functional.retrieval import retrieval_normalized_dcg
 from transformers import get_linear_schedule_with_warmup
 
-from ralm.models import load_tokenizer
+from ralm.loading import load_tokenizer
 from ralm.settings import EncoderInput, SettingsError
 from reranking.export import load_reranker
 from reranking.inputs import InputFormat

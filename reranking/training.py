@@ -26,7 +26,13 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from ralm.cli import USER_ERRORS, error, help_formatter, quiet_libraries, quiet_lightning
+from ralm.cli import (
+    USER_ERRORS,
+    error,
+    help_formatter,
+    quiet_libraries,
+    quiet_lightning,
+)
 from ralm.files import atomic_write
 from ralm.lock import claim
 from ralm.precision import lightning_precision

@@ -10,11 +10,14 @@ PARSED_BY = {"fit": "tests/test_reranking.py::test_every_fit_config_parses",
              "build": "tests/test_data_gen.py::test_shipped_build_configs_parse",
              "ppl": "tests/test_eval_cli.py::test_shipped_ppl_configs_parse",
              "world": "tests/test_configs.py::test_demo_world_config_parses"}
+#: configs/recipes/ holds the pipeline's recipes (any name)
+RECIPES = "tests/test_pipeline.py::test_every_shipped_recipe_parses_into_a_plan"
 
 
 def test_every_config_has_a_parser_test():
     for f in sorted((ROOT / "configs").rglob("*.yaml")):
-        assert any(f.name.startswith(p) for p in PARSED_BY), f"{f} is parsed by no test; name it fit/build/ppl*.yaml"
+        assert f.parent.name == "recipes" or any(f.name.startswith(p) for p in PARSED_BY), \
+            f"{f} is parsed by no test; name it fit/build/ppl*.yaml or put a recipe in configs/recipes/"
 
 
 def test_demo_world_config_parses():

@@ -6,13 +6,8 @@ import json
 import subprocess
 import sys
 
-from ralm.corpus import (
-    detokenize_title,
-    forbidden_titles,
-    iter_articles,
-    iter_passages,
-    write_passages,
-)
+from ralm.articles import detokenize_title, forbidden_titles, iter_articles
+from ralm.passages import iter_passages, write_passages
 
 TEXT = (
     " \n = Alpha River = \n \n one two three \n \n = = History = = \n \n four five \n \n"
@@ -82,8 +77,7 @@ def test_article_halves_joined_back_to_back_keep_every_article_and_title():
     joined back to back (the related corpus of first halves) must still parse into the same articles,
     titles and texts, with no heading read as text (it was: half the real corpus's passages carried the
     title of an article several places earlier)."""
-    from ralm.corpus import iter_articles
-    from ralm.corpus import article_halves
+    from ralm.articles import article_halves, iter_articles
 
     def article(title, n):
         return f" \n = {title} = \n \n" + "".join(f" {title} paragraph {i} says something .\n" for i in range(n))

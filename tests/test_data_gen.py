@@ -21,7 +21,8 @@ L, S, DOC = 128, 4, 64
 @pytest.fixture(scope="module")
 def dg_inputs(tmp_path_factory, wiki_text, tiny_gpt2_dir) -> dict:
     """Training text file, a 30-word-passage index of it, and an eval text forbidding two of its titles."""
-    from ralm.corpus import build_index, forbidden_titles, iter_articles, write_passages
+    from ralm.articles import forbidden_titles, iter_articles
+    from ralm.passages import build_index, write_passages
 
     d = tmp_path_factory.mktemp("dg_inputs")
     (d / "train.txt").write_text(wiki_text, encoding="utf-8")
@@ -306,7 +307,7 @@ def test_article_split_tokenization_equals_whole_text(source, wiki_text, tiny_gp
     from transformers import AutoTokenizer
 
     from data_gen.sample import tokenize_text
-    from ralm.corpus import split_articles
+    from ralm.articles import split_articles
 
     if source == "wiki_text":
         text, tok = wiki_text, AutoTokenizer.from_pretrained(tiny_gpt2_dir)
@@ -364,7 +365,7 @@ def test_whole_text_fallback_matches_article_split(wiki_text, tiny_gpt2_dir):
     from transformers import AutoTokenizer
 
     from data_gen.sample import _tokenize_whole, tokenize_text
-    from ralm.corpus import split_articles
+    from ralm.articles import split_articles
 
     tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
     a = tokenize_text(tok, wiki_text, progress=False)

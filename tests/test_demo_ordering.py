@@ -1,16 +1,15 @@
 """The demo's claim, end to end: retrieval helps, the LM-supervised reranker helps more, and it beats
 the same encoder without LM supervision.
 
-Runs ``python -m demo.run`` (every stage the real CLI, in its own process) with ``configs/demo`` less
-the dev and held-out texts and without the zero-shot row (reported by the demo, not part of its claim):
-the same training data and the same 100 fine-tuning steps of the generic pretrained MiniLM (fetched by
-``scripts/setup.sh``; the test skips without it), evaluated on the 8 evaluation articles. Training
-cannot be cut to fewer steps: at 40 steps on 1,000 examples the reranker was still behind BM25 on its
-validation split (measured), and 50-step schedules captured 0 % (lr 5e-5) and 12 % (lr 1e-4) of the
-BM25-to-oracle gap on the validation split against 32 % for 100 steps (measured); its steps were made
-cheaper instead (4 candidates of 48 tokens, no dropout; the README's table of levers), and it is still the
-suite's slowest test (424-528 s in float32 on a 2-core AVX2-only CPU in four suite runs since the scripts cache
-bytecode, over half of the test command there).
+Runs ``python -m pipeline --config configs/recipes/demo.yaml`` (what ``scripts/demo.sh`` runs, in its own
+process) on the demo's world less the dev and held-out texts and without the zero-shot row (reported by the
+demo, not part of its claim): the same training data and the same 100 fine-tuning steps of the generic
+pretrained MiniLM (fetched by ``scripts/setup.sh``; the test skips without it), evaluated on the 8 evaluation
+articles. Training cannot be cut to fewer steps: at 40 steps on 1,000 examples the reranker was still behind
+BM25 on its validation split (measured), and 50-step schedules captured 0 % (lr 5e-5) and 12 % (lr 1e-4) of
+the BM25-to-oracle gap on the validation split against 32 % for 100 steps (measured); its steps were made
+cheaper instead (4 candidates of 48 tokens, no dropout; docs/EXPERIMENTS.md), and it is still the suite's
+slowest test (424-528 s in float32 on a 2-core AVX2-only CPU, about half of the test command there).
 """
 
 from __future__ import annotations
@@ -23,41 +22,39 @@ from pathlib import Path
 import pytest
 import yaml
 
-from demo.run import CLAIM
 from ralm import models
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SMALLER = {"world.yaml": {"dev_articles": 0, "heldout_articles": 0}}
+#: The demo's rows less zero-shot (reported, not asserted).
+CLAIM = ["none", "bm25", "cosine", "trained", "oracle"]
 
 pytestmark = pytest.mark.skipif(not models.is_fetched("minilm-l6"),
                                 reason="needs the MiniLM encoder: python -m ralm.models fetch minilm-l6 "
                                        "(scripts/setup.sh does it)")
 
 
-def _merge(base: dict, over: dict) -> dict:
-    for k, v in over.items():
-        base[k] = _merge(base.get(k, {}), v) if isinstance(v, dict) else v
-    return base
-
-
 @pytest.fixture(scope="module")
 def ppl(tmp_path_factory) -> dict[str, dict[str, float]]:
-    """Word-level perplexity per text and reranker from one demo run without dev and held-out texts."""
+    """Word-level perplexity per text and reranker from one demo pipeline run without dev and held-out texts."""
     tmp = tmp_path_factory.mktemp("demo")
-    cfg = tmp / "configs"
-    cfg.mkdir()
-    for f in ("world.yaml", "build.yaml", "fit.yaml", "ppl.yaml"):
-        c = yaml.safe_load((ROOT / "configs" / "demo" / f).read_text())
-        (cfg / f).write_text(yaml.safe_dump(_merge(c, SMALLER.get(f, {}))))
-    out = tmp / "run"
-    proc = subprocess.run([sys.executable, "-m", "demo.run", "--out", str(out), "--config_dir", str(cfg),
-                           "--rerankers", "[" + ",".join(CLAIM) + "]"],  # zero-shot is not asserted
+    world = tmp / "world"
+    proc = subprocess.run([sys.executable, "-m", "demo.world", "--config", str(ROOT / "configs" / "demo" / "world.yaml"),
+                           "--dev_articles", "0", "--heldout_articles", "0", "--out", str(world)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recipe = yaml.safe_load((ROOT / "configs" / "recipes" / "demo.yaml").read_text())
+    recipe["out"] = str(tmp / "run")
+    recipe["texts"] = {"train": {"file": str(world / "train.txt")}, "report": {"eval": {"file": str(world / "eval.txt")}}}
+    recipe["corpus"] = {"file": str(world / "corpus.txt")}
+    recipe["eval"]["rerankers"] = CLAIM
+    (tmp / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "--config", str(tmp / "recipe.yaml")],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ppl = json.loads((out / "summary.json").read_text())["ppl_word"]
-    for text, p in ppl.items():
-        print(f"demo run, {text}:", _table(p))  # shown with pytest -s
+    ppl = {"eval": {name: json.loads((tmp / "run" / "ppl" / "eval" / name / "results.json").read_text())["ppl_word"]
+                    for name in ("none", "bm25", "cosine", "predictive", "oracle")}}
+    print("demo run, eval:", _table(ppl["eval"]))  # shown with pytest -s
     return ppl
 
 

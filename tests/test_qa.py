@@ -45,7 +45,7 @@ def world_qa(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("qa_world")
     write_world(make_world(n_families=40, n_train_articles=5, n_eval_articles=3, seed=0), d / "world")
-    assert corpus(["--jsonl", str(d / "world" / "corpus.jsonl"), "--out", str(d / "corpus")]) == 0
+    assert corpus(["--text.file", str(d / "world" / "corpus.jsonl"), "--out", str(d / "corpus")]) == 0
     qa_set(str(d / "qa.jsonl"), world=str(d / "world"), split="eval", questions=12, seed=0)
     return d
 

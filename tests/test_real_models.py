@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from ralm import models
+from ralm import loading, models
 
 pytestmark = pytest.mark.skipif(
     not (models.is_fetched("smollm2-135m") and models.is_fetched("minilm-l6")),
@@ -23,7 +23,7 @@ STRIDE, L, DOC_MAX, S_PRIME = 8, 64, 24, 8
 @pytest.fixture(scope="module")
 def smollm(tmp_path_factory):
     torch.set_num_threads(2)
-    return models.load_causal_lm("smollm2-135m", device="cpu")
+    return loading.load_causal_lm("smollm2-135m", device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_minilm_cross_encoder_pairs_use_bert_conventions():
     """BERT-family encoders: [CLS] prefix [SEP] passage [SEP], token type ids 0/1, no padding to 128."""
     from reranking.inputs import InputFormat, encode_pairs
 
-    tok = models.load_tokenizer("minilm-l6")
+    tok = loading.load_tokenizer("minilm-l6")
     enc = encode_pairs(tok, ["the prefix words", "x " * 400], ["a passage", "another passage here"],
                        InputFormat(max_length=96, max_prefix_tokens=32))
     ids, tt, am = enc["input_ids"], enc["token_type_ids"], enc["attention_mask"]

@@ -208,9 +208,7 @@ def test_collator_pads_candidates_with_mask(roberta_tok, rerank_data_dir):
 
 def test_lr_schedule_warmup_then_linear_decay(tiny_roberta_dir):
     """The paper's schedule: linear warm-up to the peak lr, then linear decay to 0 at the last step."""
-    from reranking.system import RerankerSystem
-
-    from reranking.system import Optimizer
+    from reranking.system import Optimizer, RerankerSystem
 
     system = RerankerSystem(encoder=str(tiny_roberta_dir), pretrained=False,
                             optimizer=Optimizer(lr=1e-3, warmup_steps=10, total_steps=110))
@@ -267,8 +265,8 @@ def test_every_fit_config_parses(capsys, monkeypatch):
     import yaml
 
     from reranking.data import RerankDataModule
-    from reranking.training import RerankerCLI
     from reranking.system import RerankerSystem
+    from reranking.training import RerankerCLI
 
     monkeypatch.setattr(sys, "argv", ["reranking.fit"])
 
@@ -299,9 +297,9 @@ def test_pretrained_encoder_starts_in_train_mode(tiny_roberta_dir):
 
 def test_init_from_an_export_starts_from_its_weights(tiny_roberta_dir, tmp_path):
     """--model.init_from loads encoder and head of a reranker export (the demo's pretrained start)."""
+    from ralm.tiny import make_roberta
     from reranking.export import export_model
     from reranking.system import RerankerSystem
-    from ralm.tiny import make_roberta
 
     first = RerankerSystem(str(tiny_roberta_dir), pretrained=True, input=EncoderInput(max_length=64, max_prefix_tokens=24))
     torch.nn.init.normal_(first.model.head.weight, std=1.0)
@@ -341,11 +339,11 @@ def test_fit_help_is_cached_and_identical(tmp_path):
 
 def test_untrained_bi_encoder_is_the_cosine_ranking(tiny_bert_dir):
     """The bi-encoder before any training scores cosine / τ: the cosine row is exactly its ablation."""
-    from ralm.models import load_tokenizer
+    from ralm.loading import load_tokenizer
     from ralm.retrieval import Passage
     from ralm.selectors import StrideBatch
-    from reranking.model import BiEncoder
     from reranking.encoder_selectors import CosineSelector, PredictiveSelector
+    from reranking.model import BiEncoder
 
     fmt = InputFormat(architecture="bi", max_prefix_tokens=20, max_passage_tokens=24)
     model = BiEncoder(str(tiny_bert_dir), pretrained=True, temperature=0.05)
@@ -379,7 +377,7 @@ def test_untrained_bi_encoder_is_the_cosine_ranking(tiny_bert_dir):
 def test_bi_encoder_collator_and_format_checks(tiny_bert_dir, rerank_data_dir):
     from datasets import load_dataset
 
-    from ralm.models import load_tokenizer
+    from ralm.loading import load_tokenizer
     from ralm.settings import SettingsError
     from reranking.data import RerankCollator, parquet_files
 
@@ -409,8 +407,8 @@ def test_bm25_prior_is_added_alike_in_training_and_evaluation(tiny_bert_dir, rer
     from ralm.retrieval import Passage
     from ralm.selectors import StrideBatch
     from reranking.data import RerankDataModule, parquet_files
-    from reranking.export import export
     from reranking.encoder_selectors import PredictiveSelector
+    from reranking.export import export
     from reranking.system import RerankerSystem
 
     kw = dict(encoder=str(tiny_bert_dir), architecture=architecture,
@@ -501,8 +499,8 @@ def test_frozen_passages_trains_the_prefix_tower_against_the_starting_encoders_p
     from ralm.selectors import StrideBatch
     from ralm.settings import SettingsError
     from reranking.data import RerankDataModule, parquet_files
-    from reranking.export import export
     from reranking.encoder_selectors import PredictiveSelector
+    from reranking.export import export
     from reranking.system import RerankerSystem
 
     kw = dict(encoder=str(tiny_bert_dir), architecture="bi", bm25_weight=0.5,
@@ -625,12 +623,12 @@ def test_dropped_strings_are_unread_alike_in_training_and_evaluation(tiny_bert_d
     """``drop`` (WikiText-2 train's ``<unk>``): the collator's batch and the exported selector's scores equal
     those of the same model without ``drop`` reading the texts with the strings removed by hand, and the
     setting survives the export."""
-    from ralm.models import load_tokenizer
+    from ralm.loading import load_tokenizer
     from ralm.retrieval import Passage
     from ralm.selectors import StrideBatch
     from reranking.data import RerankCollator
-    from reranking.export import export
     from reranking.encoder_selectors import PredictiveSelector
+    from reranking.export import export
     from reranking.system import RerankerSystem
 
     rows = [{"id": 0, "prefix_text": "the <unk> river flows <unk>", "doc_texts": ["A\nan <unk> bank", "B\nclear water"],

@@ -108,8 +108,8 @@ def test_resume_continues_in_place_and_equals_an_unbroken_run(fitted):
 def test_export_and_checkpoint_load_to_the_same_selector(fitted, tiny_roberta_dir):
     from ralm.retrieval import Passage
     from ralm.selectors import StrideBatch
-    from reranking.export import load_reranker
     from reranking.encoder_selectors import PredictiveSelector
+    from reranking.export import load_reranker
 
     run1 = fitted["run"]
     export_dir = run1 / "reranker"
@@ -221,23 +221,24 @@ def test_an_export_dir_in_use_is_refused_before_training(tmp_path, tiny_roberta_
     export = tmp_path / "export"
     with claim(export, "--export_dir"):
         assert main(fit_args(tiny_roberta_dir, rerank_data_dir, 4, "--export_dir", str(export))) == 2
+        assert sorted(p.name for p in export.iterdir()) == [".lock"]  # the holder's lock, nothing of the refused fit
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if "error:" in line]
     assert len(errors) == 1 and "--export_dir" in errors[0] and str(export) in errors[0] and "in use by pid" in err, err
-    assert sorted(p.name for p in export.iterdir()) == [".lock"]
+    assert not export.exists()  # the holder made it and left nothing in it: its lock went with it
     assert not list(tmp_path.glob("checkpoints/**/*.ckpt"))
 
 
 def test_bi_encoder_fits_exports_and_scores_as_trained(tmp_path, tiny_bert_dir, rerank_data_dir, monkeypatch):
     """--model.architecture bi end to end: trains, its export and checkpoint load to a BiEncoder with the
     best checkpoint's weights, and the selector scores pairs exactly as the training module does."""
-    from ralm.models import load_tokenizer
+    from ralm.loading import load_tokenizer
     from ralm.retrieval import Passage
     from ralm.selectors import StrideBatch
+    from reranking.encoder_selectors import PredictiveSelector
     from reranking.export import load_reranker
     from reranking.fit import main
     from reranking.model import BiEncoder
-    from reranking.encoder_selectors import PredictiveSelector
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["reranking.fit"])
@@ -289,34 +290,48 @@ def test_a_log_file_shows_progress_and_the_resolved_precision(tmp_path, tiny_rob
     assert meta["trained"] == {"precision": expected, "steps": 4, "fit_steps": 4}
 
 
-def test_a_sigkilled_fit_reruns_to_the_weights_of_an_unbroken_one(tmp_path, tiny_roberta_dir, rerank_data_dir):
-    """``python -m reranking.fit`` SIGKILLed as soon as its first ``last.ckpt`` is on disk (step 4 of 40),
-    then the same command again: it resumes from that checkpoint in the same run directory and ends with
-    exactly the weights of a run that was never interrupted (Lightning writes checkpoints atomically)."""
+def test_a_killed_or_stopped_fit_reruns_to_the_weights_of_an_unbroken_one(tmp_path, tiny_roberta_dir, rerank_data_dir):
+    """``python -m reranking.fit`` SIGKILLed, and another one SIGTERMed, as soon as its first ``last.ckpt`` is on
+    disk (step 4 of 40); then the same command again: each resumes in the same run directory and ends with exactly
+    the weights of a run that was never interrupted. The SIGTERMed one first saves ``last.ckpt`` at the step it is
+    on, says so in one line and exits 143 (not 0: a scheduler must not take it for a finished fit)."""
     import signal
     import time
 
     from reranking.fit import main
 
     args = fit_args(tiny_roberta_dir, rerank_data_dir, 40, "--trainer.logger.init_args.version", "run")
-    killed, straight = tmp_path / "killed", tmp_path / "straight"
-    killed.mkdir(), straight.mkdir()
     cmd = [sys.executable, "-m", "reranking.fit", *args]
-    log = killed / "fit.log"
-    with open(log, "wb") as out:
-        p = subprocess.Popen(cmd, cwd=killed, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        last = None
-        while p.poll() is None and last is None:
-            found = glob.glob(str(killed / "**" / "checkpoints" / "last.ckpt"), recursive=True)
-            last = Path(found[0]) if found else None
-            time.sleep(0.02)
-        os.killpg(p.pid, signal.SIGKILL)
-        assert p.wait() == -signal.SIGKILL, log.read_text()  # killed mid-run, not finished before the kill
-    first = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
-    assert 0 < first < 40
-    rerun = subprocess.run(cmd, cwd=killed, capture_output=True, text=True)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"resuming from {last.resolve()}" in rerun.stderr, rerun.stderr[-3000:]
+    resumed = {}
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        killed = tmp_path / sig.name
+        killed.mkdir()
+        log = killed / "fit.log"
+        with open(log, "wb") as out:
+            p = subprocess.Popen(cmd, cwd=killed, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            last = None
+            while p.poll() is None and last is None:
+                found = glob.glob(str(killed / "**" / "checkpoints" / "last.ckpt"), recursive=True)
+                last = Path(found[0]) if found else None
+                time.sleep(0.02)
+            first = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+            os.killpg(p.pid, sig)
+            rc = p.wait()
+        kept = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+        if sig == signal.SIGKILL:
+            assert rc == -signal.SIGKILL, log.read_text()  # killed mid-run, not finished before the kill
+        else:
+            assert rc == 143, log.read_text()[-3000:]
+            assert f"stopped by SIGTERM at step {kept}; kept {last.resolve()} (step {kept})" in log.read_text()
+            assert not (killed / "run" / "reranker").exists() and not glob.glob(str(killed / "**" / "reranker.json"),
+                                                                                  recursive=True)
+        assert 0 < first <= kept < 40, (sig, first, kept)
+        rerun = subprocess.run(cmd, cwd=killed, capture_output=True, text=True)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        assert f"resuming from {last.resolve()}" in rerun.stderr, rerun.stderr[-3000:]
+        resumed[sig] = torch.load(last, map_location="cpu", weights_only=True)
+    straight = tmp_path / "straight"
+    straight.mkdir()
     old_cwd, old_argv = os.getcwd(), sys.argv
     sys.argv = ["reranking.fit"]
     try:
@@ -325,8 +340,20 @@ def test_a_sigkilled_fit_reruns_to_the_weights_of_an_unbroken_one(tmp_path, tiny
     finally:
         os.chdir(old_cwd)
         sys.argv = old_argv
-    a = torch.load(last, map_location="cpu", weights_only=True)
     b = torch.load(next(straight.glob("**/checkpoints/last.ckpt")), map_location="cpu", weights_only=True)
-    assert a["global_step"] == b["global_step"] == 40
-    for k in b["state_dict"]:
-        assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k
+    for sig, a in resumed.items():
+        assert a["global_step"] == b["global_step"] == 40, sig
+        for k in b["state_dict"]:
+            assert torch.equal(a["state_dict"][k], b["state_dict"][k]), (sig, k)
+
+
+def test_zero_steps_export_the_untrained_start_as_such(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys,
+                                                       monkeypatch):
+    """``--trainer.max_steps 0``: the start's weights exported, recorded as 0 steps and printed as untrained."""
+    from reranking.fit import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["reranking.fit"])
+    main(fit_args(tiny_roberta_dir, rerank_data_dir, 0, "--export_dir", str(tmp_path / "start")))
+    assert "exported the untrained start (0 steps)" in capsys.readouterr().err
+    assert json.loads((tmp_path / "start" / "reranker.json").read_text())["trained"]["fit_steps"] == 0

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ralm.corpus import forbidden_titles
+from ralm.articles import forbidden_titles
 from ralm.retrieval import (
     Passage,
     RetrievalCache,
@@ -32,7 +32,7 @@ def retriever(bm25_corpus):
 @pytest.fixture(scope="module")
 def queries(bm25_corpus) -> list[str]:
     """Queries cut from article bodies (each has a clear source article)."""
-    from ralm.corpus import iter_articles
+    from ralm.articles import iter_articles
 
     arts = list(iter_articles(bm25_corpus["text"]))
     return [" ".join(body.split()[40:65]) for _, body in arts[:12]]
@@ -148,8 +148,8 @@ def test_cache(tmp_path, retriever, bm25_corpus, queries):
 def test_index_without_raw_raises(tmp_path):
     import subprocess
 
-    from ralm.corpus import write_passages
     from ralm.java import anserini_jar, java_binary
+    from ralm.passages import write_passages
 
     write_passages([("T", "alpha beta gamma")], tmp_path / "jsonl")
     subprocess.run([str(java_binary()), "-cp", str(anserini_jar()), "io.anserini.index.IndexCollection",
@@ -220,7 +220,7 @@ def test_a_jsonl_corpus_is_indexed_as_it_is_and_searched(tmp_path):
     (src / "b.jsonl").write_text(
         json.dumps({"id": "doc-B", "title": "Basalt", "text": "Basalt columns form when lava cools slowly. " * 30})
         + "\n" + json.dumps({"id": "doc-C", "title": "", "text": "Herons wade in shallow estuaries."}) + "\n")
-    assert main(["--jsonl", str(src), "--out", str(tmp_path / "c"), "--threads", "1"]) == 0
+    assert main(["--text.file", str(src), "--out", str(tmp_path / "c"), "--threads", "1"]) == 0
     with SearchProcess(str(tmp_path / "c" / "index")) as sp:
         assert sp.num_docs == 4  # the 30-sentence passage was not cut into 100-word pieces
         got = {q: sp.search([q], k=1)[0][0] for q in ("cloves nutmeg", "glaciers moraines", "lava columns", "herons")}
@@ -232,4 +232,4 @@ def test_a_jsonl_corpus_is_indexed_as_it_is_and_searched(tmp_path):
     assert (got["herons"].docid, got["herons"].title, got["herons"].text) == ("doc-C", "", "Herons wade in shallow estuaries.")
 
     (src / "c.jsonl").write_text('{"id": "x", "body": "no contents"}\n')
-    assert main(["--jsonl", str(src), "--out", str(tmp_path / "d")]) == 2
+    assert main(["--text.file", str(src), "--out", str(tmp_path / "d")]) == 2

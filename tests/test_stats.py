@@ -146,3 +146,11 @@ def test_strides_given_the_same_passage_by_the_same_lm_are_ties():
                   run(["", "a", "b", "c", "d"], zs["nll"], precision="bfloat16 (auto: ...)"),
                   run(["", "a", "b", "c", "d"], zs["nll"], index="dir:another:2")):
         assert same_input([other], base) is None                                   # another LM input: no ties
+
+
+def test_the_mean_of_seeds_is_the_geometric_mean():
+    """What a table's mean-of-seeds row shows: the geometric mean of the seeds' perplexities."""
+    from eval.compare import mean_of_seeds
+
+    assert mean_of_seeds([4.7, 4.9, 4.5]) == pytest.approx((4.7 * 4.9 * 4.5) ** (1 / 3), rel=1e-12)
+    assert mean_of_seeds([5.0]) == pytest.approx(5.0, rel=1e-15)

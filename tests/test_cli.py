@@ -1,0 +1,56 @@
+"""Every ``python -m`` entry point: ``--help`` works and stays fast because the command module is thin (it imports
+settings, not torch, Lightning, transformers or datasets; those load when the command runs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "lightning", "transformers", "datasets")
+PROBE = """
+import runpy, sys
+sys.argv = [sys.argv[1], "--help"]
+try:
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+print("HEAVY:" + ",".join(m for m in {heavy!r} if m in sys.modules))
+"""
+
+
+def entry_points() -> list[str]:
+    """The user's commands: modules of the product packages with a ``main`` that run as ``python -m`` (a
+    ``__main__`` block or ``__main__.py``; ralm.search_process is the search's own subprocess, not a command)."""
+    found = []
+    for pkg in ("ralm", "data_gen", "reranking", "eval", "demo", "pipeline"):
+        for f in sorted((ROOT / pkg).glob("*.py")):
+            if f.name == "__main__.py":
+                found.append(pkg)
+            elif 'if __name__ == "__main__":' in f.read_text() and "\ndef main(" in f.read_text():
+                found.append(f"{pkg}.{f.stem}")
+    return found
+
+
+def test_the_entry_points_are_found():
+    assert {"pipeline", "data_gen.build", "reranking.fit", "eval.ppl", "eval.compare", "ralm.corpus",
+            "ralm.models"} <= set(entry_points())
+
+
+@pytest.mark.parametrize("module", entry_points())
+def test_help_is_fast_because_the_command_is_thin(module, tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}  # reranking.fit keeps its --help text here
+    cmd = [sys.executable, "-c", PROBE.format(heavy=HEAVY), module]
+    if module == "reranking.fit":  # LightningCLI builds its parser from Lightning: the text is cached once
+        subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, check=True)
+    t = time.perf_counter()
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - t
+    assert p.returncode == 0 and "usage:" in p.stdout, p.stderr[-2000:]
+    assert p.stdout.rstrip().endswith("HEAVY:"), f"{module} --help imported {p.stdout.rsplit('HEAVY:', 1)[1]}"
+    assert seconds < 3, f"{module} --help took {seconds:.1f}s"
