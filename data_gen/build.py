@@ -32,7 +32,7 @@ from .config import BuildConfig, RunConfig
 
 def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model: str = "gpt2",
           text: Text = WIKITEXT103_TRAIN, eval_text: Text = WIKITEXT103_TEST, retrieval: Retrieval = Retrieval(),
-          windows: Windows = Windows(), out: str = "checkpoints/data_gen", stage: str = "all", batch_examples: int = 8,
+          windows: Windows = Windows(), out: str = "checkpoints/data_gen/wt103-gpt2-dpr", stage: str = "all", batch_examples: int = 8,
           scoring: Scoring = Scoring(), num_workers: int = 0, retrieval_batch: int = 256, keep_work: bool = False,
           trainer: Devices = Devices(), verbose: bool = False, progress: bool = True,
           exclude_source: bool = True) -> dict | None:

@@ -71,7 +71,23 @@ def parse(fn: Callable, argv: list[str] | None, prog: str, description: str | No
         init = (parser.instantiate if hasattr(parser, "instantiate") else parser.instantiate_classes)(cfg)
     except ArgumentError as e:
         raise InputError(f"{_one_line(e)} (see {prog} --help)") from None
+    except (ValueError, TypeError) as e:  # a settings group that refused its values while being built
+        cause = _input_error(e)
+        if cause is None:
+            raise
+        raise InputError(str(cause)) from None
     return {k: v for k, v in init.items() if k != "config"}
+
+
+def _input_error(e: BaseException | None) -> InputError | None:
+    """The :class:`InputError` a library wrapped (jsonargparse reports a group's own check as a type error)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, InputError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def run(fn: Callable, argv: list[str] | None, prog: str, description: str | None = None,

@@ -112,18 +112,3 @@ def test_dev_and_heldout_texts_leave_the_rest_unchanged(world):
     seen = set(headings(world.eval_text)) | set(headings(world.train_text)) | {t for t, _ in world.corpus}
     assert not (set(headings(more.dev_text)) | set(headings(more.heldout_text))) & seen
     assert not set(headings(more.dev_text)) & set(headings(more.heldout_text))
-
-
-def test_demo_run_refuses_rows_its_claim_needs_before_any_stage(tmp_path, capsys):
-    """``demo.run --rerankers`` may leave out zero-shot (as the ordering test does) but not a row the
-    ordering check compares, nor a name it does not know (nor a seed twice); it says so and exits 2 before
-    writing anything."""
-    from demo.run import main as demo_main
-
-    for rows, said in (("[none,bm25,predictive,oracle]", "needs cosine"), ("[none,bm25,cosine,predictive,oracle,bm3]",
-                                                                              "unknown bm3")):
-        assert demo_main(["--out", str(tmp_path / "out"), "--rerankers", rows]) == 2
-        assert said in capsys.readouterr().err
-    assert demo_main(["--out", str(tmp_path / "out"), "--seeds", "[1,1]"]) == 2  # and seeds that repeat
-    assert "--seeds" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()

@@ -154,6 +154,35 @@ def test_the_export_and_its_best_checkpoint_evaluate_alike(straight, tiny_gpt2_d
     assert chosen[0]["chosen_docid"].equals(chosen[1]["chosen_docid"])
 
 
+def test_the_training_set_as_labeled_lists_trains_a_sentence_transformers_cross_encoder(straight, tiny_bert_dir):
+    """``data_gen.labeled_lists``: the pipeline's training set as (query, docs, labels = log p(y | d; x)) rows,
+    the same values as the shards, which sentence-transformers' CrossEncoderTrainer with ListNetLoss trains on."""
+    pytest.importorskip("sentence_transformers", reason="sentence-transformers is a test dependency (.[dev])")
+    import datasets
+    import torch
+    from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.losses import ListNetLoss
+
+    from data_gen.labeled_lists import main
+
+    out = straight.parent / "lists"
+    assert main(["--data", str(straight / "data"), "--out", str(out), "--k", "3"]) == 0
+    lists = datasets.load_dataset("parquet", data_files=str(out / "train.parquet"), split="train")
+    shards = datasets.load_dataset("parquet", data_files=str(straight / "data" / "*.parquet"), split="train")
+    assert len(lists) == len(shards) == 32
+    by_id = {r["id"]: r for r in shards}
+    for r in lists.select(range(5)):
+        s = by_id[r["id"]]
+        assert (r["query"], r["docs"], r["labels"]) == (s["prefix_text"], s["doc_texts"][:3], s["lm_logprobs"][:3])
+    model = CrossEncoder(str(tiny_bert_dir), num_labels=1, activation_fn=torch.nn.Identity())
+    args = CrossEncoderTrainingArguments(output_dir=str(out / "st"), max_steps=2, per_device_train_batch_size=4,
+                                         report_to=[], save_strategy="no", use_cpu=True, logging_steps=1)
+    before = [p.detach().clone() for p in model.model.parameters()]
+    CrossEncoderTrainer(model=model, args=args, train_dataset=lists.select_columns(["query", "docs", "labels"]),
+                        loss=ListNetLoss(model)).train()
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, model.model.parameters()))
+
+
 def test_sigterm_in_the_fit_stage_then_the_same_command_gives_the_unbroken_report(recipe, straight):
     """SIGTERM as soon as the fit has its first checkpoint: the pipeline exits 143 and says so, the fit kept
     last.ckpt at the step it was on; the same command then continues and ends with the unbroken run's export
@@ -196,3 +225,18 @@ def test_every_shipped_recipe_parses_into_a_plan(capsys):
         assert "python -m reranking.fit" in plan and "python -m eval.ppl" in plan, r
     assert _pipeline("--config", str(ROOT / "configs" / "recipes" / "demo.yaml"), "--stage", "fitting") == 2
     assert "--stage / --until 'fitting'" in capsys.readouterr().err
+
+
+def test_a_recipes_mistakes_are_one_line_and_nothing_is_written(tmp_path, capsys):
+    """An unknown reranker row, a seed twice, a report text the eval does not know: exit 2, one line naming the
+    setting, before any stage writes anything."""
+    demo = str(ROOT / "configs" / "recipes" / "demo.yaml")
+    out = tmp_path / "out"
+    for flags, said in ((["--eval.rerankers", "[none,bm25,bm3]"], "eval.rerankers ['bm3']"),
+                        (["--fits", '[{name: p, configs: [configs/demo/fit.yaml], seeds: [1, 1]}]'], "seeds [1, 1]"),
+                        (["--eval.texts", "[nope]"], "eval.texts ['nope']"),
+                        (["--precision", "fp8"], "--precision 'fp8'")):
+        assert _pipeline("--config", demo, "--out", str(out), *flags) == 2, flags
+        err = capsys.readouterr().err
+        assert said in err and len([line for line in err.splitlines() if "error:" in line]) == 1, err
+    assert not out.exists()
