@@ -86,9 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     docs: list[list[str]] = []
     if a.retrieval_file:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from ralm.retrieval import (
-            passage_from_reference_doc,  # title + "\n" + text, as the reference
-        )
+        from ralm.retrieval import passage_from_reference_doc  # title + "\n" + text, as the reference
 
         entries = json.loads(Path(a.retrieval_file).read_text(encoding="utf-8"))
         docs = [[passage_from_reference_doc(d).document() for d in e["retrieved_docs"][:a.num_docs]] for e in entries]

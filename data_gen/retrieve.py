@@ -28,13 +28,7 @@ from ralm.search_process import SearchProcess
 from ralm.settings import InputError
 
 from .config import BuildConfig, BuildError, RunConfig, log
-from .shards import (
-    RETRIEVED_SCHEMA,
-    Layout,
-    atomic_write_bytes,
-    atomic_write_json,
-    atomic_write_parquet,
-)
+from .shards import RETRIEVED_SCHEMA, Layout, atomic_write_bytes, atomic_write_json, atomic_write_parquet
 
 
 def open_searcher(build: BuildConfig, verbose: bool = False):

@@ -23,14 +23,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from eval.results import read_complete
-from eval.stats import (
-    BOOTSTRAP_SAMPLES,
-    DEFAULT_BLOCKS,
-    p_cell,
-    paired_bootstrap,
-    sign_test,
-    units_of,
-)
+from eval.stats import BOOTSTRAP_SAMPLES, DEFAULT_BLOCKS, p_cell, paired_bootstrap, sign_test, units_of
 from ralm.cli import run
 from ralm.settings import InputError
 

@@ -18,16 +18,7 @@ from ralm.files import atomic_write
 from ralm.generation import Decoding
 from ralm.generation import generate as ralm_generate
 from ralm.loading import load_causal_lm
-from ralm.open_qa import (
-    NO_DOC_PROMPT,
-    PROMPT,
-    answer,
-    choose,
-    contains_answer,
-    exact_match,
-    f1,
-    read_questions,
-)
+from ralm.open_qa import NO_DOC_PROMPT, PROMPT, answer, choose, contains_answer, exact_match, f1, read_questions
 from ralm.retrieval import check_index
 from ralm.scoring import context_length, input_device
 from ralm.search_process import SearchProcess

@@ -47,9 +47,7 @@ def generate(prompt: str | None = None, prompts_file: str | None = None, model: 
         device: cpu | cuda | cuda:N (default: cuda when available).
         verbose: Show library and Java logging.
     """
-    from eval.downstream import (
-        generate as work,  # the LM, the reranker: seconds that --help does without
-    )
+    from eval.downstream import generate as work  # the LM, the reranker: seconds that --help does without
 
     return work(prompt=prompt, prompts_file=prompts_file, model=model, reranker=reranker, retrieval=retrieval,
                 windows=windows, ranker=ranker, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,

@@ -23,13 +23,7 @@ from eval.candidates import FileCandidates, IndexCandidates, reference_entries_f
 from eval.loop import assemble, make_chunks
 from eval.predict import ChunkWriter, EvalModule, chunk_path, load_chunk, predict_chunks
 from eval.rerankers import check_reranker, make_selector
-from eval.results import (
-    default_output_dir,
-    retrieval_identity,
-    run_identity,
-    start_state,
-    write_outputs,
-)
+from eval.results import default_output_dir, retrieval_identity, run_identity, start_state, write_outputs
 from eval.reuse import ReusedScores
 from ralm.articles import forbidden_titles, split_articles
 from ralm.cli import quiet_libraries, quiet_lightning
@@ -38,17 +32,7 @@ from ralm.lock import claim
 from ralm.precision import for_run
 from ralm.progress import Progress
 from ralm.retrieval import check_index, write_reference_json
-from ralm.settings import (
-    Devices,
-    InputError,
-    Ranker,
-    Retrieval,
-    Scoring,
-    SettingsError,
-    Text,
-    Windows,
-    as_dict,
-)
+from ralm.settings import Devices, InputError, Ranker, Retrieval, Scoring, SettingsError, Text, Windows, as_dict
 from ralm.stage import Tokens, open_lm, tokenize_text
 from ralm.text import word_count
 

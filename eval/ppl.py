@@ -23,15 +23,7 @@ import sys
 from pathlib import Path
 
 from ralm.cli import run
-from ralm.settings import (
-    WIKITEXT103_TEST,
-    Devices,
-    Ranker,
-    Retrieval,
-    Scoring,
-    Text,
-    Windows,
-)
+from ralm.settings import WIKITEXT103_TEST, Devices, Ranker, Retrieval, Scoring, Text, Windows
 
 
 def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TEST, retrieval: Retrieval = Retrieval(),
@@ -67,9 +59,7 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
         verbose: Show library and Java logging.
         progress: Show progress (a bar on a terminal, periodic lines otherwise).
     """
-    from eval.perplexity import (
-        evaluate,  # torch, Lightning: seconds of imports that --help does without
-    )
+    from eval.perplexity import evaluate  # torch, Lightning: seconds of imports that --help does without
 
     return evaluate(model=model, reranker=reranker, text=text, retrieval=retrieval, retrieval_file=retrieval_file,
                     windows=windows, ranker=ranker, scoring=scoring, trainer=trainer, output_dir=output_dir,

@@ -37,9 +37,7 @@ def qa(questions: str, model: str = "gpt2", reranker: str = "bm25", retrieval: R
         seed: Seed of the random reranker.
         verbose: Show library and Java logging.
     """
-    from eval.downstream import (
-        qa as work,  # the LM, the reranker: seconds that --help does without
-    )
+    from eval.downstream import qa as work  # the LM, the reranker: seconds that --help does without
 
     return work(questions=questions, model=model, reranker=reranker, retrieval=retrieval, ranker=ranker,
                 doc_max_tokens=doc_max_tokens, max_new_tokens=max_new_tokens, output_dir=output_dir, device=device,

@@ -28,9 +28,7 @@ def retrieve(output: str, model: str = "gpt2", text: Text = WIKITEXT103_TEST, re
         cache_dir: Retrieval cache directory (default: none).
         verbose: Show Java logging.
     """
-    from eval.candidates import (
-        write_retrieval_file,  # the tokenizer, the search process
-    )
+    from eval.candidates import write_retrieval_file  # the tokenizer, the search process
 
     return write_retrieval_file(output, model, text, retrieval, windows, cache_dir, verbose)
 

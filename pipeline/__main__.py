@@ -18,16 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.recipe import (
-    PRECISIONS,
-    Corpus,
-    Data,
-    Evaluation,
-    Fit,
-    Report,
-    Split,
-    Texts,
-)
+from pipeline.recipe import PRECISIONS, Corpus, Data, Evaluation, Fit, Report, Split, Texts
 from ralm.cli import run
 from ralm.settings import SettingsError
 
@@ -57,12 +48,7 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
         until: Run every stage up to and including this one.
         print_plan: Print the commands (marking those done) and run nothing.
     """
-    from pipeline.plan import (  # yaml and the stages' settings only
-        Recipe,
-        describe,
-        plan,
-        select,
-    )
+    from pipeline.plan import Recipe, describe, plan, select  # yaml and the stages' settings only
     from pipeline.runner import run as run_plan  # the stages: torch, Lightning
 
     if precision not in PRECISIONS:

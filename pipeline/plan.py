@@ -24,17 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.recipe import (
-    STAGES,
-    Corpus,
-    Data,
-    Evaluation,
-    Fit,
-    Report,
-    Source,
-    Split,
-    Texts,
-)
+from pipeline.recipe import STAGES, Corpus, Data, Evaluation, Fit, Report, Source, Split, Texts
 from ralm.documents import PASSAGE_FORMATS, resolve_format
 from ralm.settings import SettingsError
 
@@ -248,6 +238,7 @@ def _data(r: Recipe) -> list[Step]:
     argv = ["--config", str(r.data.config), *r.text_flags("train"),
             *(r.text_flags(forbid[0], "--eval_text") if len(forbid) == 1 else
               ["--eval_text.file", str(r.root / "texts" / "forbidden.txt")] if forbid else []),
+            *(["--retrieval.forbid_eval_titles", "true"] if forbid else []),
             "--retrieval.index", r.index, "--out", str(out), "--scoring.dtype", r.precision,
             *(["--model", r.lm] if r.lm else []), *flags(r.data.set)]
     done = out / "manifest.json"

@@ -16,14 +16,7 @@ from pathlib import Path
 from pipeline.plan import Recipe
 from pipeline.recipe import Source
 from ralm.articles import article_halves, hashed_below, split_articles
-from ralm.documents import (
-    PASSAGE_FORMATS,
-    Document,
-    as_wikitext,
-    read_documents,
-    read_text_file,
-    resolve_format,
-)
+from ralm.documents import PASSAGE_FORMATS, Document, as_wikitext, read_documents, read_text_file, resolve_format
 from ralm.files import atomic_write
 from ralm.settings import InputError
 

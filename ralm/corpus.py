@@ -40,9 +40,7 @@ def corpus(out: str, text: Text = WIKITEXT103_TRAIN, format: str = "auto", words
         jsonl_only: Write the JSONL passages but do not index them.
         verbose: Show the indexer's Java logging.
     """
-    from ralm.passages import (
-        index_corpus,  # datasets, pyarrow: a second of imports --help does without
-    )
+    from ralm.passages import index_corpus  # datasets, pyarrow: a second of imports --help does without
 
     return index_corpus(out, text, format=format, words=words, threads=threads, max_passages=max_passages,
                         max_heap=max_heap, optimize=optimize, jsonl_only=jsonl_only, verbose=verbose)

@@ -29,7 +29,7 @@ from typing import Iterator
 
 import pyarrow.parquet as pq
 
-from ralm.settings import InputError
+from ralm.errors import InputError
 
 FORMATS = ("auto", "text", "jsonl", "beir", "parquet", "hf_disk", "txt_dir")
 #: Formats whose records are passages already (indexed as they are); the others are articles to cut.

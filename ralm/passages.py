@@ -24,13 +24,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ralm.articles import iter_articles
-from ralm.documents import (
-    PASSAGE_FORMATS,
-    TAKEN,
-    Document,
-    read_documents,
-    resolve_format,
-)
+from ralm.documents import PASSAGE_FORMATS, TAKEN, Document, read_documents, resolve_format
 from ralm.files import atomic_write
 from ralm.java import anserini_jar, java_binary
 from ralm.settings import InputError, Text

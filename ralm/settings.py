@@ -11,14 +11,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ralm.errors import InputError, SettingsError
 
-class InputError(ValueError):
-    """A problem with the user's input. The message names the input and the fix; CLIs print it as one
-    line and exit with status 2."""
-
-
-class SettingsError(InputError):
-    """A setting (or a combination of settings) that cannot work."""
+__all__ = ["InputError", "SettingsError", "Windows", "Retrieval", "Scoring", "Text", "Devices", "EncoderInput",
+           "Ranker", "RERANKER_NAMES", "WIKITEXT103_TEST", "WIKITEXT103_TRAIN", "as_dict"]
 
 
 def _fail(problems: list[str], group: str) -> None:

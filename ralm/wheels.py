@@ -25,15 +25,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ralm.files import file_sha256
-from ralm.models import (
-    MARKER,
-    REGISTRY,
-    ModelError,
-    Packaged,
-    _canonical,
-    cache_root,
-    model_dir,
-)
+from ralm.registry import MARKER, REGISTRY, ModelError, Packaged, _canonical, cache_root, model_dir
 
 
 def _file_hashes(d: Path) -> dict[str, str]:

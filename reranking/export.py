@@ -4,7 +4,12 @@ An export directory holds everything needed to score pairs, with no training con
 
 - ``model.safetensors``: the model's weights (:class:`~reranking.model.CrossEncoder`: encoder + head;
   :class:`~reranking.model.BiEncoder`: encoder, and its frozen passage encoder where it has one);
-- ``config.json``: the encoder's Hugging Face config;
+- ``encoder_config.json``: the encoder's Hugging Face config;
+- ``config.json``: a stub whose model type names this project, so that ``AutoModel``, ``SentenceTransformer`` and
+  ``CrossEncoder`` refuse the directory, naming ``reranking.formats``, instead of loading the encoder with
+  random weights (the weights are the reranker's, ``encoder.*`` and a head; the ecosystem's layouts are
+  what ``python -m reranking.formats`` writes);
+- ``README.md``: the model card (base encoder, data, loss, steps, the validation metrics at export, how to load);
 - the tokenizer files (``tokenizer.json`` ...);
 - ``reranker.json``: format/version, the encoder name it was trained from, the input format
   (:class:`~reranking.inputs.InputFormat`, whose ``architecture`` says which model class) and, for a
@@ -17,6 +22,7 @@ under its ``"reranker"`` key and is read with ``torch.load(weights_only=True)``:
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -24,6 +30,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from transformers import AutoConfig, AutoTokenizer
 
+from ralm.files import atomic_write
 from ralm.settings import InputError
 from reranking.inputs import InputFormat
 from reranking.model import make_model
@@ -34,23 +41,34 @@ CKPT_META_KEY = "reranker"
 META_FILE = "reranker.json"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT = "ralm-reranker"
+ENCODER_CONFIG = "encoder_config.json"
+#: The model type of the stub config.json: transformers quotes it when it refuses the directory.
+STUB_MODEL_TYPE = "ralm-reranker (load it with reranking.load, or convert it: python -m reranking.formats)"
 
 
 def export(system, out_dir: str | Path, trained: dict | None = None) -> Path:
     """Write ``system`` (a :class:`~reranking.system.RerankerSystem`) as a self-describing directory;
-    ``trained``: how it was trained (e.g. the resolved precision), recorded as is."""
-    return export_model(system.model, system.tokenizer, system.fmt, system.hparams.encoder, out_dir, trained)
+    ``trained``: how it was trained (precision, steps, data, validation metrics), recorded as is."""
+    h = system.hparams
+    training = {"loss": h.loss, "optimizer": dict(h.optimizer), **(trained or {})}  # a 0-step export: as it started
+    return export_model(system.model, system.tokenizer, system.fmt, h.encoder, out_dir, training)
 
 
 def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path, trained: dict | None = None) -> Path:
-    """Write a reranker model, its tokenizer and input format as a self-describing directory."""
+    """Write a reranker model, its tokenizer and input format as a self-describing directory; every file under a
+    temporary name first, ``reranker.json`` (what marks an export complete) last."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
-    model.config.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    atomic_write(out / WEIGHTS_FILE, lambda t: save_model(model, str(t), metadata={"format": FORMAT}))
+    atomic_write(out / ENCODER_CONFIG, lambda t: Path(t).write_text(model.config.to_json_string()))
+    atomic_write(out / "config.json", lambda t: Path(t).write_text(json.dumps(
+        {"model_type": STUB_MODEL_TYPE, "reranker": META_FILE, "encoder_config": ENCODER_CONFIG}, indent=2) + "\n"))
+    with tempfile.TemporaryDirectory(dir=out, prefix=".tokenizer-") as tmp:
+        tokenizer.save_pretrained(tmp)
+        for f in sorted(Path(tmp).iterdir()):
+            os.replace(f, out / f.name)
     meta = {"format": FORMAT, "version": 1, "encoder": encoder,
-            "input_format": fmt.to_dict(), "weights": WEIGHTS_FILE,
+            "input_format": fmt.to_dict(), "weights": WEIGHTS_FILE, "encoder_config": ENCODER_CONFIG,
             "cosine_temperature": getattr(model, "temperature", None),
             "frozen_passages": getattr(model, "frozen_passages", False),
             "score": ("linear head on the first token's last hidden state" if fmt.architecture == "cross" else
@@ -58,8 +76,39 @@ def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path, train
             + (f" + {fmt.bm25_weight} x BM25 score" if fmt.bm25_weight else "")}
     if trained:
         meta["trained"] = trained
-    (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    atomic_write(out / "README.md", lambda t: Path(t).write_text(model_card(meta)))
+    atomic_write(out / META_FILE, lambda t: Path(t).write_text(json.dumps(meta, indent=2) + "\n"))
     return out
+
+
+def model_card(meta: dict) -> str:
+    """The export's README.md: what it is, how it was trained, what it scored at export, how to load it."""
+    t = meta.get("trained") or {}
+    f = meta["input_format"]
+    steps = t.get("fit_steps")
+    state = ("the untrained start (0 steps)" if steps == 0 else
+             f"trained {steps} steps (weights of step {t.get('steps')})" if steps is not None else "trained")
+    val = t.get("validation") or {}
+    lines = ["# A predictive reranker for In-Context RALM (ralm-rerank)", "",
+             f"{meta['encoder']} as a {'cross-encoder' if f['architecture'] == 'cross' else 'bi-encoder'}, {state}, "
+             "to choose the passage a frozen causal LM reads before its prefix.", "",
+             "| | |", "|---|---|", f"| base encoder | {meta['encoder']} |", f"| score | {meta['score']} |",
+             f"| reads | the prefix's last {f['max_prefix_tokens']} encoder tokens; "
+             + (f"the passage's first {f['max_passage_tokens']}" if f["architecture"] == "bi" else
+                f"the passage up to {f['max_length']} tokens a pair") +
+             (f"; without {', '.join(map(repr, f['drop']))}" if f.get("drop") else "") + " |",
+             *([f"| training data | {t['data']} |"] if t.get("data") else []),
+             *([f"| loss | {t['loss']} |"] if t.get("loss") else []),
+             *([f"| optimizer | {json.dumps(t['optimizer'])} |"] if t.get("optimizer") else []),
+             *([f"| precision | {t['precision']} |"] if t.get("precision") else []),
+             *(f"| {k} (the fit's last validation) | {v:.4f} |" for k, v in sorted(val.items())), "",
+             "## Load it", "", "```python", "import reranking", 'r = reranking.load("THIS_DIRECTORY")',
+             'scores, order = r.rank(prefix_text, ["Title\\npassage text", ...])', "```", "",
+             "`python -m eval.ppl --reranker THIS_DIRECTORY` evaluates it; `python -m reranking.formats --reranker "
+             "THIS_DIRECTORY --out DIR` writes it for sentence-transformers (bi-encoders) or CrossEncoder / "
+             "transformers (cross-encoders). transformers and sentence-transformers refuse this directory itself "
+             "(its config.json says why): its weights are the reranker's, not a bare encoder's.", ""]
+    return "\n".join(lines)
 
 
 def checkpoint_meta(system) -> dict:
@@ -121,10 +170,12 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
     if path.is_dir():
         meta = json.loads((path / META_FILE).read_text())
         fmt = InputFormat.from_dict(meta["input_format"])
-        model = make_model(fmt.architecture, config=AutoConfig.from_pretrained(path), temperature=meta.get("cosine_temperature"),
+        enc = path / meta.get("encoder_config", ENCODER_CONFIG)
+        config = AutoConfig.from_pretrained(str(enc) if enc.is_file() else path)  # exports before the stub: config.json
+        model = make_model(fmt.architecture, config=config, temperature=meta.get("cosine_temperature"),
                            frozen_passages=meta.get("frozen_passages", False))
         load_model(model, str(path / meta.get("weights", WEIGHTS_FILE)), strict=True)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, config=config)  # not the stub config.json
     elif path.is_file():
         ckpt = read_checkpoint(path)
         meta = ckpt[CKPT_META_KEY]

@@ -65,9 +65,7 @@ def _help(args: list[str]) -> int:
 
 
 def _fit(args: list[str]):
-    from reranking.training import (
-        fit,  # Lightning: seconds of imports that --help does without
-    )
+    from reranking.training import fit  # Lightning: seconds of imports that --help does without
 
     return fit(args, description=__doc__)
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from transformers import AutoModel
 
-from ralm.loading import load_config
+from ralm.loading import check_encoder, load_config
 from ralm.models import resolve
 
 
@@ -28,6 +28,7 @@ def _encoder(encoder: str, pretrained: bool, config, attention_dropout: float | 
     (``None``: the encoder's own)."""
     given = config is not None
     config = config if given else load_config(encoder)
+    check_encoder(str(encoder), config)
     for value, attr, flag in ((attention_dropout, "attention_probs_dropout_prob", "attention_dropout"),
                               (hidden_dropout, "hidden_dropout_prob", "hidden_dropout")):
         if value is None:

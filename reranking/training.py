@@ -26,13 +26,7 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from ralm.cli import (
-    USER_ERRORS,
-    error,
-    help_formatter,
-    quiet_libraries,
-    quiet_lightning,
-)
+from ralm.cli import USER_ERRORS, error, help_formatter, quiet_libraries, quiet_lightning
 from ralm.files import atomic_write
 from ralm.lock import claim
 from ralm.precision import lightning_precision
@@ -229,8 +223,10 @@ def fit(args: list[str], description: str | None = None):
             log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
             if trainer.is_global_zero:
                 out = cli.config.export_dir or str(Path(log_dir or "checkpoints") / "reranker")
+                val = {k: round(float(v), 6) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
                 export(system, out, trained={"precision": str(trainer.precision), "steps": step,
-                                             "fit_steps": trainer.global_step})
+                                             "fit_steps": trainer.global_step, "data": str(cli.config.data.data_dir),
+                                             **({"validation": val} if val else {})})
                 what = "the untrained start (0 steps)" if trainer.global_step == 0 else f"the reranker (step {step})"
                 print(f"exported {what} to {out}", file=sys.stderr)
     except USER_ERRORS as e:

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # file-name prefix -> the test that parses such files with the entry point's own parser
 PARSED_BY = {"fit": "tests/test_reranking.py::test_every_fit_config_parses",
              "build": "tests/test_data_gen.py::test_shipped_build_configs_parse",
-             "ppl": "tests/test_eval_cli.py::test_shipped_ppl_configs_parse",
+             "ppl": "tests/test_ppl.py::test_shipped_ppl_configs_parse",
              "world": "tests/test_configs.py::test_demo_world_config_parses"}
 #: configs/recipes/ holds the pipeline's recipes (any name)
 RECIPES = "tests/test_pipeline.py::test_every_shipped_recipe_parses_into_a_plan"

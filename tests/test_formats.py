@@ -76,3 +76,19 @@ def test_a_cross_reranker_scores_the_same_in_cross_encoder_and_transformers(tmp_
     with torch.no_grad():
         logits = hf(**enc).logits.squeeze(-1)
     assert torch.allclose(logits, ours, atol=1e-5), (logits, ours)
+
+
+@pytest.mark.parametrize("architecture", ["bi", "cross"])
+def test_a_raw_export_is_refused_by_the_ecosystem_naming_the_converter(tmp_path, tiny_bert_dir, architecture):
+    """The export's weights are the reranker's (``encoder.*`` and a head): loaded as a plain encoder they would be
+    random. transformers and sentence-transformers refuse it instead, and the refusal names reranking.formats;
+    its model card says how to load it."""
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    src = exported(tmp_path, tiny_bert_dir, architecture, max_prefix_tokens=16, max_passage_tokens=24, max_length=48)
+    for load in (AutoModel.from_pretrained, AutoModelForSequenceClassification.from_pretrained, st.SentenceTransformer,
+                 st.CrossEncoder):
+        with pytest.raises(ValueError, match="reranking.formats"):
+            load(str(src))
+    card = (src / "README.md").read_text()
+    assert "reranking.load" in card and "python -m reranking.formats" in card and "base encoder" in card

@@ -240,3 +240,18 @@ def test_a_recipes_mistakes_are_one_line_and_nothing_is_written(tmp_path, capsys
         err = capsys.readouterr().err
         assert said in err and len([line for line in err.splitlines() if "error:" in line]) == 1, err
     assert not out.exists()
+
+
+def test_the_readmes_walkthrough_recipe_plans(tmp_path, capsys):
+    """The recipe of the README's walkthrough, as printed there, parses into a plan of every stage."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("# my-recipe.yaml\n", 1)[1].split("```", 1)[0]
+    recipe = yaml.safe_load(block)
+    for name in ("corpus", "train", "test"):  # its files, made here: the plan reads a corpus's format
+        (tmp_path / name).write_text("{}")
+    recipe["corpus"]["file"] = str(tmp_path / "corpus")
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    assert _pipeline("--config", str(tmp_path / "recipe.yaml"), "--out", str(tmp_path / "out"), "--print_plan") == 0
+    plan = capsys.readouterr().out
+    assert [line for line in plan.splitlines() if line.startswith("# ")] == [
+        "# index", "# data", "# fit", "# eval", "# report"]

@@ -16,16 +16,7 @@ from ralm.settings import Text
 def _recipe(tmp_path, texts: dict, corpus: dict | None = None, split: dict | None = None, **more):
     """A Recipe of these texts (the data, fit and eval settings are the demo's: only their files are checked)."""
     from pipeline.plan import Recipe
-    from pipeline.recipe import (
-        Corpus,
-        Data,
-        Evaluation,
-        Fit,
-        Report,
-        Source,
-        Split,
-        Texts,
-    )
+    from pipeline.recipe import Corpus, Data, Evaluation, Fit, Report, Source, Split, Texts
 
     cfg = "configs/demo/"
     return Recipe(out=str(tmp_path / "out"), lm=None, encoder=None,

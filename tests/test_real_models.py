@@ -124,12 +124,12 @@ def test_minilm_cross_encoder_pairs_use_bert_conventions():
 
 def test_smollm2_generation_equals_the_plain_transcription(smollm, bm25_corpus):
     """``ralm.generation`` with SmolLM2 (another tokenizer than GPT-2's, a Llama-family model): the same tokens
-    and passages as the one-token-at-a-time transcription of tests/test_generate.py, batched prompts included."""
+    and passages as the one-token-at-a-time transcription of tests/test_generation.py, batched prompts included."""
     from ralm.generation import Decoding, generate
     from ralm.search_process import SearchProcess
     from ralm.selectors import BM25First
     from ralm.settings import Retrieval, Windows
-    from tests.test_generate import PROMPTS, plain_generation
+    from tests.test_generation import PROMPTS, plain_generation
 
     lm, tok = smollm
     sp = SearchProcess(str(bm25_corpus["index"]))

@@ -88,7 +88,8 @@ def test_fit_logs_checkpoints_and_exports(fitted):
     ckpts = fitted["after_first"]["ckpts"]
     assert "last.ckpt" in ckpts and any(c.startswith("best-") for c in ckpts), ckpts
     assert (run1 / "config.yaml").is_file()  # resolved config saved with the run
-    assert {"model.safetensors", "config.json", "reranker.json"} <= {p.name for p in (run1 / "reranker").iterdir()}
+    assert {"model.safetensors", "encoder_config.json", "config.json", "README.md", "reranker.json"} <= {
+        p.name for p in (run1 / "reranker").iterdir()}
 
 
 def test_resume_continues_in_place_and_equals_an_unbroken_run(fitted):
@@ -287,7 +288,9 @@ def test_a_log_file_shows_progress_and_the_resolved_precision(tmp_path, tiny_rob
     assert "[fit] 4/4 steps (100.0%)" in err and "ETA" in err, err
     assert "[fit] step 4 validation: " in err and "val/nll_reranker" in err, err
     meta = json.loads((tmp_path / cli.trainer.log_dir / "reranker" / "reranker.json").read_text())
-    assert meta["trained"] == {"precision": expected, "steps": 4, "fit_steps": 4}
+    t = meta["trained"]
+    assert (t["precision"], t["steps"], t["fit_steps"], t["loss"]) == (expected, 4, 4, "marginal")
+    assert t["data"] == str(rerank_data_dir) and "val/nll_reranker" in t["validation"]
 
 
 def test_a_killed_or_stopped_fit_reruns_to_the_weights_of_an_unbroken_one(tmp_path, tiny_roberta_dir, rerank_data_dir):
