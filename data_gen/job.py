@@ -96,7 +96,13 @@ def build_dataset(build: BuildConfig, run: RunConfig) -> dict | None:
 
 def _already_complete(layout, rank0: bool) -> dict:
     """A finished job: check every shard against its manifest and return the manifest."""
-    manifest = json.loads(layout.manifest.read_text())
+    try:
+        manifest = json.loads(layout.manifest.read_text())
+        if not isinstance(manifest, dict) or not {"shards", "examples", "content_hash"} <= set(manifest):
+            raise ValueError("not a data_gen manifest")
+    except ValueError as e:
+        raise BuildError(f"{layout.manifest} is not a readable data_gen manifest ({e}); delete it and rerun the same "
+                         "command: the shards are checked against their recorded hashes and kept") from None
     verify_manifest(layout, manifest)
     if rank0:
         log(f"already complete: {manifest['examples']:,} examples in {len(manifest['shards'])} shard(s) under "

@@ -25,7 +25,7 @@ import torch
 from ralm.retrieval import query_text
 from ralm.scoring import DocumentEncoder, input_device
 from ralm.selectors import StrideBatch
-from ralm.settings import Retrieval, Windows
+from ralm.settings import Retrieval, SettingsError, Windows
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,17 @@ class Decoding:
     top_p: float = 1.0
     seed: int = 0
     stop: str | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_new_tokens < 1:
+            problems.append(f"--max_new_tokens must be >= 1 (got {self.max_new_tokens})")
+        if not self.temperature > 0:
+            problems.append(f"--temperature must be > 0 (got {self.temperature})")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"--top_p must be in (0, 1] (got {self.top_p})")
+        if problems:
+            raise SettingsError("invalid decoding settings: " + "; ".join(problems))
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
+import pyarrow.parquet as pq
 import torch
 from datasets import load_dataset
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
@@ -40,6 +41,21 @@ def parquet_files(data_dir: str | os.PathLike) -> list[str]:
             f"no *.parquet shards in {str(d)!r} ({'missing directory' if found is None else f'contains {found}'}); "
             "generate training data with `python -m data_gen.build ...` and pass its output as --data.data_dir")
     return files
+
+
+def check_shards(files: list[str], flag: str) -> None:
+    """Each shard readable as parquet (its footer and schema: no data read) with the training columns; a bad one
+    is one :class:`InputError` naming that shard (a truncated copy, another file, a shard of another schema)."""
+    for f in files:
+        try:
+            names = pq.read_schema(f).names
+        except (OSError, ValueError) as e:
+            raise InputError(f"{flag}: {f} is not a readable parquet shard ({str(e).splitlines()[0][:160]}); it may be "
+                             "truncated or not a data_gen.build shard: regenerate it (rerun data_gen.build)") from None
+        missing = [c for c in REQUIRED_COLUMNS if c not in names]
+        if missing:
+            raise InputError(f"{flag}: {f} lacks the columns {missing} (has {names[:12]}); give the output of "
+                             "data_gen.build, whose shards hold every candidate's log p(y | d; x)")
 
 
 def is_validation(ids: np.ndarray, fraction: float, seed: int) -> np.ndarray:
@@ -208,8 +224,10 @@ class RerankDataModule(pl.LightningDataModule):
         return self._tokenizer
 
     def _load(self):
+        files = parquet_files(self.hparams.data_dir)
+        check_shards(files, "--data.data_dir")
         try:
-            ds = load_dataset("parquet", data_files=parquet_files(self.hparams.data_dir), split="train")
+            ds = load_dataset("parquet", data_files=files, split="train")
         except (OSError, ValueError) as e:
             raise InputError(f"--data.data_dir {self.hparams.data_dir}: a shard cannot be read "
                              f"({str(e).splitlines()[0][:200]}); regenerate it with data_gen.build") from None

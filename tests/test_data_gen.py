@@ -479,3 +479,17 @@ def test_scores_file_rebuilds_the_dataset_from_its_retrieval(built, dg_inputs, t
     (other / "config.json").write_text(json.dumps({**config, "seed": config["seed"] + 1}))
     with pytest.raises(InputError, match="seed"):
         load_into(str(tmp_path / "scores.npz"), str(other))
+
+
+def test_a_manifest_that_is_not_json_is_one_line(built, dg_inputs, tmp_path, capsys):
+    """A damaged manifest.json of a finished build: exit 2, one line with the fix, no traceback."""
+    import shutil
+
+    from data_gen.build import main
+
+    out = tmp_path / "damaged"
+    shutil.copytree(built["out"], out)
+    (out / "manifest.json").write_text("{not json")
+    assert main(build_args(dg_inputs, out)) == 2
+    err = capsys.readouterr().err
+    assert "manifest.json is not a readable data_gen manifest" in err and "Traceback" not in err, err

@@ -133,3 +133,13 @@ def test_the_command_writes_each_generation_with_its_passages(tmp_path, tiny_gpt
     assert capsys.readouterr().out.strip()  # one prompt streams its text
     assert main(["--model", str(tiny_gpt2_dir), "--reranker", "oracle", "--prompt", "x"]) == 2
     assert "not offered for generation" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, said", [(["--max_new_tokens", "-5"], "--max_new_tokens must be >= 1"),
+                                         (["--top_p", "0"], "--top_p must be in (0, 1]")])
+def test_decoding_settings_that_cannot_work_are_one_line(flags, said, capsys):
+    from eval.generate import main
+
+    assert main(["--prompt", "x", "--reranker", "none", *flags]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err

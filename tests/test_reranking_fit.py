@@ -360,3 +360,30 @@ def test_zero_steps_export_the_untrained_start_as_such(tmp_path, tiny_roberta_di
     main(fit_args(tiny_roberta_dir, rerank_data_dir, 0, "--export_dir", str(tmp_path / "start")))
     assert "exported the untrained start (0 steps)" in capsys.readouterr().err
     assert json.loads((tmp_path / "start" / "reranker.json").read_text())["trained"]["fit_steps"] == 0
+
+
+def test_a_truncated_or_foreign_shard_is_one_line_naming_it(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys,
+                                                              monkeypatch):
+    """A shard cut short (a copy that stopped), or a parquet file of another schema, among the training data:
+    exit 2, one line naming that shard and the fix, before anything trains."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from reranking.fit import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["reranking.fit"])
+    for bad, said in (("truncated", "is not a readable parquet shard"), ("foreign", "lacks the columns")):
+        data = tmp_path / bad
+        shutil.copytree(rerank_data_dir, data)
+        shard = sorted(data.glob("*.parquet"))[-1]
+        if bad == "truncated":
+            shard.write_bytes(shard.read_bytes()[:-200])
+        else:
+            pq.write_table(pa.table({"id": [1], "text": ["x"]}), shard)
+        assert main(fit_args(tiny_roberta_dir, data, 4)) == 2
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if "error:" in line]
+        assert len(lines) == 1 and said in lines[0] and shard.name in lines[0] and "Traceback" not in err, err
