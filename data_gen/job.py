@@ -8,6 +8,7 @@ resuming what a killed run left.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 from ralm.articles import forbidden_titles
@@ -17,6 +18,7 @@ from ralm.loading import check_causal_lm, load_config, load_tokenizer
 from ralm.lock import global_rank
 from ralm.models import ModelError
 from ralm.retrieval import check_index
+from ralm.settings import InputError
 from ralm.scoring import context_length
 
 from .config import BuildConfig, BuildError, RunConfig, load_text, log
@@ -60,9 +62,27 @@ def build_dataset(build: BuildConfig, run: RunConfig) -> dict | None:
     quiet_libraries(run.verbose)
     layout = Layout(run.out, build)
     rank0 = global_rank() == 0
-    check_config(layout)
+    resumed = check_config(layout)
     if layout.manifest.exists():
         return _already_complete(layout, rank0)
+    try:
+        return _build(layout, build, run, rank0)
+    except (BuildError, InputError):
+        if rank0 and not resumed:
+            _forget_failed_start(layout)
+        raise
+
+
+def _forget_failed_start(layout) -> None:
+    """A run that wrote config.json itself and failed on its inputs before any example was scored removes what
+    it wrote, so that the corrected command is not refused as another configuration."""
+    if layout.existing_shards() or (layout.scores_dir.is_dir() and any(layout.scores_dir.iterdir())):
+        return
+    layout.config.unlink(missing_ok=True)
+    shutil.rmtree(layout.work, ignore_errors=True)
+
+
+def _build(layout, build: BuildConfig, run: RunConfig, rank0: bool) -> dict | None:
     tokenizer, window, forbidden = _check_inputs(layout, build)
     if rank0:
         _clean_after_kill(layout)

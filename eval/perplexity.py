@@ -52,6 +52,10 @@ def evaluate(*, model: str, reranker: str, text: Text, retrieval: Retrieval, ret
     if reuse_from and reranker == "zero-shot":
         raise SettingsError("--reuse_from: --reranker zero-shot ranks on the LM's NLL of the s' tokens before the "
                             "targets, which no run keeps, so there is nothing to reuse; leave --reuse_from out")
+    if reranker == "zero-shot" and windows.zero_shot_tokens + windows.stride >= windows.max_length:
+        raise SettingsError(f"a window of {windows.max_length} tokens is too short to rank on "
+                            f"{windows.zero_shot_tokens} tokens before {windows.stride} targets; lower "
+                            "--windows.zero_shot_tokens or raise --windows.max_length")
     if uses_docs and not (retrieval.index or retrieval_file):
         raise InputError(f"--reranker {reranker} needs candidates: pass --retrieval.index or --retrieval_file")
     if uses_docs and not retrieval_file:

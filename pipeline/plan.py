@@ -19,7 +19,7 @@ Layout of ``OUT`` (the recipe's ``out``)::
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -27,6 +27,7 @@ import yaml
 from pipeline.recipe import STAGES, Corpus, Data, Evaluation, Fit, Report, Source, Split, Texts
 from ralm.documents import PASSAGE_FORMATS, resolve_format
 from ralm.settings import SettingsError
+from ralm.shipped import locate
 
 FIT_PRECISION = {"auto": "auto", "float32": "32-true", "bfloat16": "bf16-mixed"}
 #: Rows that score every candidate with the LM to choose: they run first and lend every candidate's LM scores.
@@ -68,6 +69,11 @@ class Recipe:
     argv: list[str] = field(default_factory=list)  # the command line, for the pipeline's own steps
 
     def __post_init__(self) -> None:
+        # configs/... and demo/assets/... name the installed copy's files where no source tree is at hand
+        object.__setattr__(self, "lm", locate(self.lm))
+        object.__setattr__(self, "data", replace(self.data, config=locate(self.data.config)))
+        object.__setattr__(self, "eval", replace(self.eval, config=locate(self.eval.config)))
+        object.__setattr__(self, "fits", [replace(f, configs=[locate(c) for c in f.configs]) for f in self.fits])
         names = [f.name for f in self.fits]
         if not names or len(set(names)) != len(names):
             raise SettingsError(f"fits: give one or more fits with distinct names (got {names})")

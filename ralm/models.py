@@ -32,6 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ralm import hub
 from ralm.cli import run_commands
 from ralm.registry import MARKER, REGISTRY, ModelError, Packaged, _canonical, cache_root, is_fetched, model_dir
 
@@ -48,9 +49,13 @@ class Resolved:
 
     path: str
     gguf_file: str | None = None
+    hub: bool = False   # a hub id: offline (ralm.hub), only a cached copy may load
 
     def kwargs(self) -> dict:
-        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+        kw = {"gguf_file": self.gguf_file} if self.gguf_file else {}
+        if self.hub and hub.offline():
+            kw["local_files_only"] = True
+        return kw
 
 
 def resolve(spec: str | os.PathLike) -> Resolved:
@@ -82,7 +87,7 @@ def resolve(spec: str | os.PathLike) -> Resolved:
         raise ModelError(f"{s!r} is a file but not a .gguf model; pass a directory, a .gguf file or a hub id")
     if s.startswith((".", "/", "~")) or s.count("/") > 1:
         raise ModelError(f"model path {s!r} does not exist")
-    return Resolved(s)  # a hub id
+    return Resolved(s, hub=True)
 
 
 def fetch_command(names: list[str], force: bool = False) -> None:

@@ -75,15 +75,19 @@ def read_questions(path: str | Path) -> list[Question]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"--questions {str(path)!r} does not exist")
-    raw = path.read_text(encoding="utf-8").strip()
+    try:
+        raw = path.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError as e:
+        raise InputError(f"--questions {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); give a JSON "
+                         "list or JSON lines of {\"question\": ..., \"answers\": [...]}") from None
     try:
         items = json.loads(raw) if raw.startswith("[") else [json.loads(line) for line in raw.splitlines() if line.strip()]
     except ValueError as e:
         raise InputError(f"--questions {str(path)!r}: not JSON or JSON lines ({e})") from None
     out = []
     for i, item in enumerate(items):
-        answers = item.get("answers", [item["answer"]] if "answer" in item else None)
-        if not isinstance(item.get("question"), str) or not answers:
+        answers = item.get("answers", [item["answer"]] if "answer" in item else None) if isinstance(item, dict) else None
+        if not answers or not isinstance(item.get("question"), str):
             raise InputError(f"--questions {str(path)!r}, item {i}: needs \"question\" and \"answers\" (a list) or "
                              "\"answer\"")
         ctxs = None

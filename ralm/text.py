@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from datasets import load_dataset
+import datasets
 
+from ralm import hub
 from ralm.documents import as_wikitext, detect, read_documents, read_text_file
 
 
@@ -29,7 +30,7 @@ def load_text(dataset: str = "wikitext", name: str | None = "wikitext-103-v1", s
         text = read_text_file(path, "--text.file") if fmt == "text" else as_wikitext(read_documents(path, fmt, "--text.file"))
     else:
         try:
-            rows = load_dataset(dataset, name, split=split)
+            rows = _load_dataset(dataset, name, split)
         except Exception as e:  # datasets raises many types; the fix is the same
             raise ValueError(
                 f"could not load dataset {dataset!r} (config {name!r}, split {split!r}): {e}\n"
@@ -44,9 +45,16 @@ def load_text(dataset: str = "wikitext", name: str | None = "wikitext-103-v1", s
 def hf_lines(path: str = "wikitext", name: str | None = "wikitext-103-raw-v1", split: str = "train") -> Iterator[str]:
     """Stream the rows of a Hugging Face text dataset (column ``text``) as lines; an empty WikiText row is a
     blank line of the raw file, and rows are yielded as they are."""
-    ds = load_dataset(path, name, split=split)
+    ds = _load_dataset(path, name, split)
     for batch in ds.iter(batch_size=10_000):
         yield from batch["text"]
+
+
+def _load_dataset(path: str, name: str | None, split: str):
+    """``datasets.load_dataset``, in the library's offline mode when the hub cannot be reached (ralm.hub)."""
+    if hub.offline():
+        datasets.config.HF_HUB_OFFLINE = True
+    return datasets.load_dataset(path, name, split=split)
 
 
 def word_count(text: str) -> int:

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 from transformers import AutoConfig, AutoTokenizer
 
@@ -154,6 +155,18 @@ def check_reranker(path: str | Path) -> None:
             raise InputError(f"{path / META_FILE} is not valid JSON; export the reranker again") from None
         if meta.get("format") != FORMAT:
             raise InputError(f"{path / META_FILE}: format {meta.get('format')!r}, expected {FORMAT!r}")
+        if not (path / "tokenizer_config.json").is_file() or not any(
+                (path / f).is_file() for f in ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")):
+            raise InputError(f"{str(path)!r} lacks its tokenizer files (tokenizer_config.json and tokenizer.json "
+                             "or a vocabulary): without them every word would be one unknown token. Copy the "
+                             "export whole, or export the reranker again")
+        weights = path / meta.get("weights", WEIGHTS_FILE)
+        try:
+            with safe_open(str(weights), "pt"):
+                pass
+        except Exception as e:  # noqa: BLE001 - truncated or corrupt: one message
+            raise InputError(f"{weights} is not a readable safetensors file ({str(e).strip()[:80]}); it may be "
+                             "truncated. Copy the export whole, or export the reranker again") from None
     elif path.is_file():
         read_checkpoint(path)
     else:

@@ -54,3 +54,37 @@ def test_help_is_fast_because_the_command_is_thin(module, tmp_path):
     assert p.returncode == 0 and "usage:" in p.stdout, p.stderr[-2000:]
     assert p.stdout.rstrip().endswith("HEAVY:"), f"{module} --help imported {p.stdout.rsplit('HEAVY:', 1)[1]}"
     assert seconds < 3, f"{module} --help took {seconds:.1f}s"
+
+
+def test_the_console_command_lists_every_entry_point():
+    from ralm.commands import COMMANDS
+
+    assert set(COMMANDS) == set(entry_points()) - {"ralm.commands"}
+
+
+def test_an_installed_wheel_runs_a_shipped_recipe_from_anywhere(tmp_path):
+    """``pip install .`` without the source tree: the wheel carries configs/ and the demo's LM, its console
+    command runs each entry point, and a recipe named as in the source tree is found in the installed copy."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("ralm_rerank-*.whl")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+
+    def ralm_rerank(*args):
+        return subprocess.run([sys.executable, str(site / "bin" / "ralm-rerank"), *args], cwd=elsewhere, env=env,
+                              capture_output=True, text=True)
+
+    listing = ralm_rerank()
+    assert listing.returncode == 0 and "reranking.fit" in listing.stdout and "pipeline" in listing.stdout
+    plan = ralm_rerank("pipeline", "--config", "configs/recipes/demo.yaml", "--print_plan")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert f"--config {site / 'ralm' / 'configs' / 'demo' / 'fit.yaml'}" in plan.stdout
+    assert f"--model {site / 'demo' / 'assets' / 'lm'}" in plan.stdout
+    assert (site / "demo" / "assets" / "lm" / "model.safetensors").is_file()
+    assert ralm_rerank("nope").returncode == 2
+    assert not any(elsewhere.iterdir())

@@ -263,8 +263,9 @@ def test_two_process_ddp_matches_one_process(built, dg_inputs, tmp_path):
 def test_bad_inputs_fail_clearly(dg_inputs, tmp_path, capsys):
     from data_gen.build import main
 
-    def fails(*override: str, match: str) -> None:
-        args = build_args(dg_inputs, tmp_path / f"out{random.random()}")
+    def fails(*override: str, match: str) -> Path:
+        out = tmp_path / f"out{random.random()}"
+        args = build_args(dg_inputs, out)
         for flag, value in zip(override[::2], override[1::2]):
             if flag in args:
                 args[args.index(flag) + 1] = value
@@ -272,6 +273,7 @@ def test_bad_inputs_fail_clearly(dg_inputs, tmp_path, capsys):
                 args += [flag, value]
         assert main(args) == 2
         assert match in capsys.readouterr().err
+        return out
 
     (tmp_path / "empty.txt").write_text(" \n \n")
     (tmp_path / "short.txt").write_text(" = A = \n a b c d \n")
@@ -283,7 +285,9 @@ def test_bad_inputs_fail_clearly(dg_inputs, tmp_path, capsys):
     fails("--windows.doc_max_tokens", "200", match="--windows.doc_max_tokens")
     fails("--examples", "100000000", match="exceeds")
     fails("--shard_size", "0", match="--shard_size")
-    fails("--retrieval.k", "100000", match="larger than the corpus")
+    # found only once retrieval starts, after config.json and the samples were written: they are removed again,
+    # so the corrected command is not refused as another configuration
+    assert not fails("--retrieval.k", "100000", match="larger than the corpus").exists()
     fails("--retrieval.kk", "3", match="--help")
 
 

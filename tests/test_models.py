@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -27,7 +30,8 @@ def test_resolve_spellings(tmp_path, cache, tiny_gpt2_dir):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")
     assert resolve(str(f)) == Resolved(str(tmp_path.resolve()), "m.gguf")
-    assert resolve("gpt2") == Resolved("gpt2") and resolve("HuggingFaceTB/SmolLM2-135M") == Resolved("HuggingFaceTB/SmolLM2-135M")
+    assert resolve("gpt2") == Resolved("gpt2", hub=True)
+    assert resolve("HuggingFaceTB/SmolLM2-135M") == Resolved("HuggingFaceTB/SmolLM2-135M", hub=True)
     with pytest.raises(ModelError, match="does not exist"):
         resolve("./nope/model")
     (tmp_path / "empty").mkdir()
@@ -108,3 +112,25 @@ def test_gpt2_gelu_is_fused_and_equal(tiny_gpt2_dir):
     ids = torch.randint(0, plain.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(fused(ids).logits, plain(ids).logits, atol=1e-5, rtol=0)
+
+
+def test_an_unreachable_hub_makes_a_hub_name_fail_at_once_and_leave_nothing(tmp_path, wiki_text):
+    """Without HF_HUB_OFFLINE and with the hub unreachable (a closed local port), one connection attempt puts
+    the hub libraries offline (ralm.hub): a name that is not cached is one clear line, not a minute of retries,
+    and the output directory the command would have made is not left behind."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
+    root = Path(__file__).resolve().parents[1]
+    probe = subprocess.run([sys.executable, "-c", "from ralm import hub, models; "
+                            "print(hub.offline(), models.resolve('nobody/no-such-model').kwargs())"],
+                           cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert probe.stdout.split() == ["True", "{'local_files_only':", "True}"], probe.stderr
+    text = tmp_path / "text.txt"
+    text.write_text(wiki_text[:2000])
+    for args, message in ((["--model", "nobody/no-such-model", "--text.file", str(text)],
+                           "could not load the tokenizer of 'nobody/no-such-model'"),
+                          (["--text.dataset", "nobody/no-such-dataset"], "(OfflineModeIsEnabled)")):
+        p = subprocess.run([sys.executable, "-m", "eval.ppl", *args, "--output_dir", str(tmp_path / "o" / "run")],
+                           cwd=root, env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr, p.stderr
+        assert not (tmp_path / "o").exists()

@@ -35,6 +35,12 @@ def test_question_files_json_lines_and_dpr_layout(tmp_path):
 
     with pytest.raises(InputError, match="item 0"):
         read_questions(tmp_path / "bad.jsonl")
+    (tmp_path / "strings.json").write_text('["q1", "q2"]')
+    with pytest.raises(InputError, match="item 0"):
+        read_questions(tmp_path / "strings.json")
+    (tmp_path / "binary.jsonl").write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(InputError, match="is not UTF-8 text"):
+        read_questions(tmp_path / "binary.jsonl")
 
 
 @pytest.fixture(scope="module")

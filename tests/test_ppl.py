@@ -288,6 +288,7 @@ def test_bad_inputs_fail_with_one_line(tmp_path, tiny_gpt2_dir, tiny_roberta_dir
     e1 = fails("--windows.doc_max_tokens", "48", *idx, match="--windows.doc_max_tokens (48) must be < L - s")
     fails("--text.file", str(short), *idx, match="fit in one 48-token window")
     fails("--retrieval.k", "100000", *idx, match="larger than the corpus")
+    fails("--reranker", "zero-shot", "--windows.zero_shot_tokens", "200", *idx, match="too short to rank on 200")
     fails("--retrieval.query_tokens", "100", *idx, match="--retrieval.query_tokens (100) must be <= L - s")
     fails("--reranker", "bm25", "--retrieval.index", "null", match="needs candidates")
     fails("--reranker", "nope", *idx, match="no such file or directory")

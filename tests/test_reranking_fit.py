@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,7 +107,7 @@ def test_resume_continues_in_place_and_equals_an_unbroken_run(fitted):
         assert torch.equal(a["state_dict"][k], b["state_dict"][k]), k
 
 
-def test_export_and_checkpoint_load_to_the_same_selector(fitted, tiny_roberta_dir):
+def test_export_and_checkpoint_load_to_the_same_selector(fitted, tiny_roberta_dir, tmp_path):
     from ralm.retrieval import Passage
     from ralm.selectors import StrideBatch
     from reranking.encoder_selectors import PredictiveSelector
@@ -139,6 +140,18 @@ def test_export_and_checkpoint_load_to_the_same_selector(fitted, tiny_roberta_di
     assert picks[2] == int(s1[2].argmax())
     with pytest.raises(ValueError, match="not a reranker export"):
         load_reranker(tiny_roberta_dir)
+    # an export copied in part: refused whole, never scored with a fallback tokenizer or half its weights
+    no_tok, cut = tmp_path / "no-tokenizer", tmp_path / "truncated"
+    shutil.copytree(export_dir, no_tok)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tok / f).unlink(missing_ok=True)
+    with pytest.raises(ValueError, match="lacks its tokenizer files"):
+        load_reranker(no_tok)
+    shutil.copytree(export_dir, cut)
+    weights = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
+        load_reranker(cut)
     # library use: scores and order for one prefix
     import reranking
 
