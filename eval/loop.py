@@ -124,6 +124,13 @@ def _target_nll(wins: torch.Tensor, cands: list[list["Passage"]], picks: Sequenc
     return [(g, True) if g is not None else (next(computed), False) for g in got]
 
 
+def check_ranking_window(length: int, rank_tokens: int, targets: int) -> None:
+    """Zero-shot ranks on the ``rank_tokens`` before the ``targets``: both must fit in the window."""
+    if targets + rank_tokens >= length:
+        raise SettingsError(f"a window of {length} tokens is too short to rank on {rank_tokens} tokens "
+                            f"before {targets} targets; lower --windows.zero_shot_tokens or raise --windows.max_length")
+
+
 def _choose_by_lm(wins: torch.Tensor, cands: list[list["Passage"]], batch: StrideBatch, scorer: LMScorer,
                   selector: Selector, docs: DocumentEncoder, run: list[Window], rank_extra: int,
                   reuse: "ReusedScores | None") -> ChunkResult:
@@ -133,9 +140,7 @@ def _choose_by_lm(wins: torch.Tensor, cands: list[list["Passage"]], batch: Strid
     the zero-shot run's table) needs no forward. Every row's target NLLs go into the result."""
     trg = run[0].trg_len
     n_score = trg + rank_extra
-    if n_score >= wins.shape[1]:
-        raise SettingsError(f"a window of {wins.shape[1]} tokens is too short to rank on {rank_extra} tokens "
-                            f"before {trg} targets; lower --windows.zero_shot_tokens or raise --windows.max_length")
+    check_ranking_window(wins.shape[1], rank_extra, trg)
     owner, row_passage, first_row = [], [], []
     for b, c in enumerate(cands):
         first_row.append(len(owner))

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from eval.candidates import FileCandidates, IndexCandidates, reference_entries_for
-from eval.loop import assemble, make_chunks
+from eval.loop import assemble, check_ranking_window, make_chunks
 from eval.predict import ChunkWriter, EvalModule, chunk_path, load_chunk, predict_chunks
 from eval.rerankers import check_reranker, make_selector
 from eval.results import default_output_dir, retrieval_identity, run_identity, start_state, write_outputs
@@ -52,10 +52,8 @@ def evaluate(*, model: str, reranker: str, text: Text, retrieval: Retrieval, ret
     if reuse_from and reranker == "zero-shot":
         raise SettingsError("--reuse_from: --reranker zero-shot ranks on the LM's NLL of the s' tokens before the "
                             "targets, which no run keeps, so there is nothing to reuse; leave --reuse_from out")
-    if reranker == "zero-shot" and windows.zero_shot_tokens + windows.stride >= windows.max_length:
-        raise SettingsError(f"a window of {windows.max_length} tokens is too short to rank on "
-                            f"{windows.zero_shot_tokens} tokens before {windows.stride} targets; lower "
-                            "--windows.zero_shot_tokens or raise --windows.max_length")
+    if reranker == "zero-shot":  # before the first chunk is saved (the loop checks each batch's window again)
+        check_ranking_window(windows.max_length, windows.zero_shot_tokens, windows.stride)
     if uses_docs and not (retrieval.index or retrieval_file):
         raise InputError(f"--reranker {reranker} needs candidates: pass --retrieval.index or --retrieval_file")
     if uses_docs and not retrieval_file:

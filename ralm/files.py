@@ -31,18 +31,31 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
                          "rerun the same command: finished work is kept") from None
 
 
+def missing_dirs(directory: str | Path) -> list[Path]:
+    """The directories ``mkdir(parents=True)`` would create for ``directory``, deepest first."""
+    d = Path(directory)
+    return [p for p in (d, *d.parents) if not p.exists()]
+
+
+def remove_empty(dirs: list[Path]) -> None:
+    """Remove directories :func:`missing_dirs` listed, deepest first, up to the first that holds anything."""
+    for p in dirs:
+        if any(p.iterdir()):
+            return
+        p.rmdir()
+
+
 def check_writable(directory: str | Path, flag: str) -> None:
     """Fail before any heavy work if ``directory`` cannot be created or written (``flag`` names the setting);
     what the check creates, it removes (:func:`ralm.lock.claim` creates the directory for the run)."""
     d = Path(directory)
-    new = [p for p in (d, *d.parents) if not p.exists()]  # made for the probe only: removed again
+    new = missing_dirs(d)  # made for the probe only: removed again
     try:
         d.mkdir(parents=True, exist_ok=True)
         probe = d / f".write-test-{os.getpid()}"
         probe.write_bytes(b"ok")
         probe.unlink()
-        for p in new:
-            p.rmdir()
+        remove_empty(new)
     except OSError as e:
         raise InputError(f"{flag} {str(d)!r} is not writable ({e.strerror or e}); pass a directory you can "
                          "write to") from None

@@ -5,9 +5,9 @@ user rerunning in a second terminal — would share resumable state and overwrit
 first run holds an exclusive ``flock`` on ``DIR/.lock`` for its whole life; the second is refused at once
 with the directory and the holder's pid, host and command. The kernel releases the lock when the holder
 exits however it ends (SIGKILL included), so no stale lock survives a crash. A run that ends (or fails, or is
-stopped) removes the lock file, and the directory (with the parents it made) too when the run created it and left nothing in it: a
-command refused at its first check leaves nothing behind. Only global rank 0 takes it: the other ranks of a
-distributed run belong to the same run.
+stopped) removes the lock file, and the directories it made when nothing was left in them: a command refused
+at its first check leaves nothing behind. Only global rank 0 takes it: the other ranks of a distributed run
+belong to the same run.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from ralm.files import missing_dirs, remove_empty
 from ralm.settings import InputError
 
 LOCK = ".lock"
@@ -44,7 +45,7 @@ def claim(directory: str | Path, flag: str) -> Iterator[None]:
         yield
         return
     d = Path(directory)
-    new = [p for p in (d, *d.parents) if not p.exists()]  # what mkdir creates, deepest first
+    new = missing_dirs(d)
     try:
         d.mkdir(parents=True, exist_ok=True)
         f = open(d / LOCK, "a+", encoding="utf-8")
@@ -68,8 +69,5 @@ def claim(directory: str | Path, flag: str) -> Iterator[None]:
             yield
         finally:  # still holding it: no other run can be between the check and the removal
             (d / LOCK).unlink(missing_ok=True)
-            for p in new:
-                if any(p.iterdir()):
-                    break
-                p.rmdir()
+            remove_empty(new)
     # closing the file released the lock

@@ -1,0 +1,182 @@
+"""Stage "score": log p(y | d_j ; x) for every candidate and log p(y | x), through Lightning.
+
+A scoring step takes a *chunk* of examples of one shard and scores all their rows in one
+:class:`ralm.scoring.LMScorer` call: for each example its ``n_candidates`` document rows (the
+document's tokens overwrite the window's first positions, METHOD §2.4) and one row without a
+document. :class:`ScoreWriter` (a ``BasePredictionWriter``) writes each step's results to
+``work/scores/shard-NNNNN/ids-FIRSTID.npz`` keyed by the example ids carried *in the batch*, so the
+same command works on 1 device, N devices (DDP) or several nodes: each rank writes the chunks it
+was given, whatever order or padding its sampler used. A chunk file is written atomically; on
+resume, the examples found in chunk files are not scored again. A chunk whose shard is still being
+retrieved (stage "retrieve" runs beside the scoring) waits for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch.utils.data import DataLoader, Dataset
+
+from ralm.cli import quiet_lightning
+from ralm.loading import load_tokenizer
+from ralm.precision import for_run
+from ralm.progress import Progress
+from ralm.scoring import DocumentEncoder, LMScorer, attach_lm, condition_on_documents
+from ralm.stage import open_lm, predict
+from ralm.windows import window_ending_at
+
+from .config import RunConfig, log
+from .shards import Layout, done_ids, wait_for_shard, write_chunk
+
+
+class ChunkDataset(Dataset):
+    """Item i = one scoring step: the rows of a chunk of examples of one shard.
+
+    Returns ``{"shard": int, "ids": (B,) long, "counts": (B,) long, "inputs": (R, L) long,
+    "labels": (R, L) long}`` with R = sum(counts + 1); rows of example b are its candidates in rank
+    order, then its no-document row. Tokenizer and token file are opened lazily (spawn-worker safe).
+    """
+    def __init__(self, chunks: list[tuple[int, list[int]]], retrieved: dict[int, str], tokens_path: str,
+                 tokenizer_name: str, window: int, stride: int, doc_max_tokens: int, failed_path: str = ""):
+        self.chunks = chunks
+        self.retrieved = retrieved
+        self.failed_path = failed_path
+        self.tokens_path = tokens_path
+        self.tokenizer_name = tokenizer_name
+        self.window, self.stride, self.doc_max_tokens = window, stride, doc_max_tokens
+        self._ids = None
+        self._encoder = None
+        self._shard = (None, None)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def _rows(self, shard: int) -> dict[int, dict]:
+        if self._shard[0] != shard:
+            wait_for_shard(Path(self.retrieved[shard]), Path(self.failed_path))
+            t = pq.read_table(self.retrieved[shard], columns=["id", "position", "doc_texts"]).to_pylist()
+            self._shard = (shard, {r["id"]: r for r in t})
+        return self._shard[1]
+
+    def __getitem__(self, i: int) -> dict:
+        if self._ids is None:
+            self._ids = np.load(self.tokens_path, mmap_mode="r")
+            self._encoder = DocumentEncoder(load_tokenizer(self.tokenizer_name), self.doc_max_tokens)
+        shard, ids = self.chunks[i]
+        rows = self._rows(shard)
+        windows, docs, counts = [], [], []
+        for ex in ids:
+            r = rows[ex]
+            win = window_ending_at(int(r["position"]), self.stride, self.window)
+            w = torch.from_numpy(np.asarray(self._ids[win.begin:win.end], dtype=np.int64))
+            enc = self._encoder(r["doc_texts"]) if r["doc_texts"] else []
+            windows += [w] * (len(enc) + 1)
+            docs += list(enc) + [None]
+            counts.append(len(enc))
+        labels = torch.stack(windows)  # (R, L)
+        inputs = condition_on_documents(labels, docs)  # (R, L): documents overwrite the first positions
+        return {"shard": shard, "ids": torch.tensor(ids, dtype=torch.long),
+                "counts": torch.tensor(counts, dtype=torch.long), "inputs": inputs, "labels": labels}
+
+
+def unwrap(items: list[dict]) -> dict:
+    """collate_fn for batch_size=1: a dataset item already is a batch."""
+    return items[0]
+
+
+class LMScoringModule(pl.LightningModule):
+    """A frozen causal LM whose ``predict_step`` returns summed target log-probs per row."""
+    def __init__(self, model: torch.nn.Module, stride: int, batch_size: int = 64, dtype: str = "auto"):
+        super().__init__()
+        attach_lm(self, model)  # not in hparams: the LM is passed in, not rebuilt
+        self.stride = stride
+        self.batch_size = batch_size
+        self.compute_dtype = dtype
+        self.scorer: LMScorer | None = None
+
+    def on_predict_start(self) -> None:
+        # Built here, after Lightning moved the module to its device (LMScorer reads the device once).
+        self.scorer = LMScorer(self.lm, batch_size=self.batch_size, dtype=self.compute_dtype)
+
+    def predict_step(self, batch: dict, batch_idx: int) -> dict:
+        nll = self.scorer.nll(batch["inputs"], batch["labels"], self.stride)  # (R, s) float32 on CPU
+        return {"shard": int(batch["shard"]), "ids": batch["ids"].cpu(), "counts": batch["counts"].cpu(),
+                "logprobs": -nll.sum(dim=1)}  # (R,) log p(y | d; x), float32
+
+
+class ScoreWriter(BasePredictionWriter):
+    """Writes each step's results as ``scores/shard-NNNNN/ids-FIRSTID.npz``, keyed by the batch's ids, with
+    the compute ``dtype`` that produced them (a resumed job may run on another machine, where ``auto``
+    resolves differently; the shard records every dtype its chunks were scored in).
+
+    ``shard_done(s)`` is called (on global rank 0) when the steps move past shard ``s``, so that finished
+    shards become final parquet files while later ones are scored: a long job's data is usable, and can
+    be copied or committed, shard by shard."""
+    def __init__(self, scores_root: str | Path, progress=None, shard_done=None, dtype: str = "unrecorded"):
+        super().__init__(write_interval="batch")
+        self.root = Path(scores_root)
+        self.progress = progress
+        self.shard_done = shard_done
+        self.dtype = dtype
+        self._shard = None
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
+                           dataloader_idx=0) -> None:
+        ids = prediction["ids"].numpy()
+        write_chunk(self.root / f"shard-{prediction['shard']:05d}", ids, prediction["counts"].numpy(),
+                    prediction["logprobs"].numpy(), self.dtype)
+        if self.progress is not None:
+            self.progress.update(len(ids))
+        shard = int(prediction["shard"])
+        if self._shard is not None and shard != self._shard and self.shard_done and trainer.is_global_zero:
+            self.shard_done(self._shard)
+        self._shard = shard
+
+
+def pending_chunks(layout, batch_examples: int) -> list[tuple[int, list[int]]]:
+    """(shard, example ids) scoring steps still to do: unfinished shards minus ids found in chunk files."""
+    chunks = []
+    for s in range(layout.build.n_shards):
+        if layout.shard(s).exists():
+            continue
+        done = done_ids(layout.scores(s))
+        todo = [i for i in layout.build.shard_ids(s) if i not in done]
+        chunks += [(s, todo[j:j + batch_examples]) for j in range(0, len(todo), batch_examples)]
+    return chunks
+
+
+def run_score(layout: Layout, run: RunConfig, window: int, rank0: bool, n_total: int, shard_done=None) -> bool:
+    """Score the pending chunks with Lightning; returns True in the process that writes the dataset."""
+    quiet_lightning(run.verbose)
+    build = layout.build
+    chunks = pending_chunks(layout, run.batch_examples)
+    if not chunks:
+        return rank0
+    n_ex = sum(len(c[1]) for c in chunks)
+    precision = for_run(run.scoring.dtype, run.trainer.accelerator)
+    if rank0:
+        log(f"[score] {n_ex:,} example(s) in {len(chunks):,} step(s) of <= {run.batch_examples} examples "
+             f"(<= {run.batch_examples * (build.retrieval.k + 1)} LM rows of {window} tokens each); LM compute "
+             f"dtype {precision.describe(run.scoring.dtype)}")
+    model = open_lm(build.model, run.scoring, layout.work)
+    shards = sorted({s for s, _ in chunks})
+    dataset = ChunkDataset(chunks, {s: str(layout.retrieved(s)) for s in shards}, str(layout.tokens), build.model,
+                           window, build.windows.stride, build.windows.doc_max_tokens, str(layout.retrieve_failed))
+    loader = DataLoader(dataset, batch_size=1, shuffle=False, collate_fn=unwrap, num_workers=run.num_workers,
+                        multiprocessing_context="spawn" if run.num_workers > 0 else None,
+                        persistent_workers=run.num_workers > 0)
+    module = LMScoringModule(model, stride=build.windows.stride, batch_size=run.scoring.batch_size,
+                             dtype=precision.dtype)
+    bar = Progress(n_total, "score", "examples", enabled=run.progress and rank0, initial=n_total - n_ex)
+    writer = ScoreWriter(layout.scores_dir, bar, shard_done, dtype=precision.dtype)
+    is_zero, dt, world = predict(module, loader, writer, run.trainer, run.scoring, "data_gen.score")
+    bar.close()
+    if is_zero:
+        log(f"[score] {n_ex:,} examples in {dt:.1f}s: {n_ex / dt:,.1f} examples/s, "
+             f"{n_ex * (build.retrieval.k + 1) * window / dt:,.0f} LM tokens/s (world size {world})")
+    return is_zero

@@ -1,0 +1,85 @@
+"""``python -m pipeline --config configs/recipes/NAME.yaml``: your LM, your corpus, one command.
+
+    python -m pipeline --config configs/recipes/demo.yaml                  # the offline demo
+    python -m pipeline --config configs/recipes/demo.yaml --print_plan     # the commands, to run by hand
+    python -m pipeline --config my-recipe.yaml --until data                # split, index and data only
+    python -m pipeline --config my-recipe.yaml --stage report              # the report again
+
+A recipe names the causal LM, the reranker's encoder, the corpus, the texts (train, dev, report), the split,
+the training data, the fits (stacked reranking.fit configs, seeds), the rerankers to evaluate and the
+baselines of the report. The stages, in order: split (texts and corpus written where the commands read them),
+index (ralm.corpus), data (data_gen.build), fit (reranking.fit per fit and seed, and each fit's untrained
+start), eval (eval.ppl per text and reranker) and report (eval.compare per text and baseline, then
+OUT/report/report.md). Each is the project's own command (--print_plan lists them); a finished step is
+skipped, and a killed or stopped one continues where it was when the same command is run again.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pipeline.recipe import PRECISIONS, Corpus, Data, Evaluation, Fit, Report, Split, Texts
+from ralm.cli import run
+from ralm.settings import SettingsError
+
+
+def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | None = None,
+             texts: Texts | None = None, corpus: Corpus = Corpus(), split: Split = Split(), data: Data = Data(),
+             fits: list[Fit] | None = None, eval: Evaluation = Evaluation(), report: Report = Report(),
+             precision: str = "auto", stage: str | None = None, until: str | None = None,
+             print_plan: bool = False) -> int:
+    """Run a recipe (finished steps are kept), or print its plan.
+
+    Args:
+        out: Where everything goes (texts/, corpus/, data/, logs/, rerankers/, ppl/, report/, pipeline.log).
+        lm: The frozen causal LM (a short name of python -m ralm.models, a local directory, a .gguf file or a hub
+            id); default: the data and eval configs' model.
+        encoder: The reranker's starting encoder (e.g. minilm-l6); default: the fit configs' model.encoder.
+        texts: The texts the LM reads: train, dev and the report texts.
+        corpus: What retrieval searches: a file to index (any format) or an existing index.
+        split: The leak-free article-halves split, and training articles held out.
+        data: The training set: data_gen.build's config and overrides, forbidden texts, or a scores file.
+        fits: The rerankers to train: stacked reranking.fit configs, overrides and seeds each.
+        eval: The rows evaluated on each text: eval.ppl's config and the rerankers.
+        report: The baselines each text's tables compare against.
+        precision: auto (bf16 where the hardware runs it natively, float32 elsewhere), float32 or bfloat16,
+            for every stage.
+        stage: Run only this stage: split, index, data, fit, eval or report.
+        until: Run every stage up to and including this one.
+        print_plan: Print the commands (marking those done) and run nothing.
+    """
+    from pipeline.plan import Recipe, describe, plan, select  # yaml and the stages' settings only
+    from pipeline.runner import run as run_plan  # the stages: torch, Lightning
+
+    if precision not in PRECISIONS:
+        raise SettingsError(f"--precision {precision!r}: choose from {', '.join(PRECISIONS)}")
+    if stage is not None and until is not None:
+        raise SettingsError("give --stage (one stage) or --until (every stage up to one), not both")
+    if texts is None or not fits:
+        raise SettingsError("a recipe needs texts and fits: pass --config configs/recipes/NAME.yaml (see --help)")
+    recipe = Recipe(out=out, lm=lm, encoder=encoder, texts=texts, corpus=corpus, split=split, data=data, fits=fits,
+                    eval=eval, report=report, precision=precision, argv=_argv())
+    steps = select(plan(recipe), stage, until)
+    if print_plan:
+        print(describe(steps), end="")
+        return 0
+    return run_plan(recipe, steps)
+
+
+def _argv() -> list[str]:
+    return list(_ARGV) if _ARGV is not None else sys.argv[1:]
+
+
+_ARGV: list[str] | None = None
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _ARGV
+    _ARGV = sys.argv[1:] if argv is None else list(argv)
+    args = [a for i, a in enumerate(_ARGV) for a in ((a, "true") if a == "--print_plan" and (
+        i + 1 == len(_ARGV) or _ARGV[i + 1].startswith("--")) else (a,))]  # a bare --print_plan, as a flag
+    return run(pipeline, args, "python -m pipeline", description=__doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Corpora and texts as users have them: every format a ``--text.*`` or corpus input takes, read into documents.
+
+A source is a path (or a Hugging Face hub dataset, :mod:`ralm.text`). Its format is told by ``format`` or, with
+``auto``, by what the path is:
+
+========== ================================================================ ==========================
+format     what                                                             records
+========== ================================================================ ==========================
+text       raw WikiText layout (`` = Title = `` headings) or plain UTF-8 text  articles (cut into passages)
+jsonl      Pyserini JsonCollection, ``{"id", "contents"}`` per line            passages, as they are
+beir       BEIR / DPR, ``{"_id" or "id", "title", "text"}`` per line           passages, as they are
+parquet    a parquet file with id / title / text (or contents) columns       passages, as they are
+hf_disk    a Hugging Face dataset saved with ``save_to_disk`` (same columns)  passages, as they are
+txt_dir    a folder of ``.txt`` files, one document each, its name the title  articles (cut into passages)
+========== ================================================================ ==========================
+
+A folder of ``*.jsonl`` files is read as one jsonl (or beir) source. :func:`read_documents` yields
+:class:`Document` records of every format but text; :func:`as_wikitext` renders records as WikiText layout, so
+that the LM can read any source as a text with articles and titles. A source that is none of these is one
+:class:`~ralm.settings.InputError` naming the formats taken; a bad record names its file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow.parquet as pq
+
+from ralm.errors import InputError
+
+FORMATS = ("auto", "text", "jsonl", "beir", "parquet", "hf_disk", "txt_dir")
+#: Formats whose records are passages already (indexed as they are); the others are articles to cut.
+PASSAGE_FORMATS = ("jsonl", "beir", "parquet", "hf_disk")
+TAKEN = ("a text file (raw WikiText layout or plain UTF-8), a .jsonl file or folder of them (Pyserini "
+         '{"id","contents"} or BEIR {"_id","title","text"}), a .parquet file, a Hugging Face dataset saved with '
+         "save_to_disk, or a folder of .txt files")
+
+
+@dataclass(frozen=True)
+class Document:
+    """One record of a source: its id, title ("" if none) and text."""
+
+    id: str
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        """``title + "\\n" + text`` (a Pyserini passage's contents; retrieval reads the title back)."""
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+def detect(path: str | Path, flag: str = "--corpus.file") -> str:
+    """The format of ``path`` (see the module's table); anything else is an :class:`InputError`."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{flag} {str(p)!r} does not exist; give {TAKEN}")
+    if p.is_dir():
+        if (p / "dataset_info.json").is_file() or (p / "state.json").is_file():
+            return "hf_disk"
+        if any(p.glob("*.jsonl")):
+            return _jsonl_kind(sorted(p.glob("*.jsonl"))[0], flag)
+        if any(p.glob("*.txt")):
+            return "txt_dir"
+        raise InputError(f"{flag} {str(p)!r} is a folder with no .jsonl or .txt files and no saved dataset; give {TAKEN}")
+    suffix = p.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        return _jsonl_kind(p, flag)
+    if suffix == ".parquet":
+        return "parquet"
+    with open(p, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    if b"\0" in head:
+        raise InputError(f"{flag} {str(p)!r} is a binary file, not text; give {TAKEN}")
+    if head.lstrip().startswith(b"{"):
+        return _jsonl_kind(p, flag)
+    return "text"
+
+
+def _jsonl_kind(path: Path, flag: str) -> str:
+    """``jsonl`` (Pyserini's id / contents) or ``beir`` (title / text), by the first record's keys."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for i, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{flag}: {path}:{i} is not JSON ({e.msg}); give {TAKEN}") from None
+                return "jsonl" if isinstance(row, dict) and "contents" in row else "beir"
+    raise InputError(f"{flag} {str(path)!r} holds no records")
+
+
+def resolve_format(path: str | Path, format: str, flag: str) -> str:
+    """``format``, or the detected one for ``auto``; an unknown name is an :class:`InputError`."""
+    if format not in FORMATS:
+        raise InputError(f"{flag.rsplit('.', 1)[0]}.format {format!r} is not one of {', '.join(FORMATS)}")
+    return detect(path, flag) if format == "auto" else format
+
+
+def read_text_file(path: str | Path, flag: str) -> str:
+    """A UTF-8 text file's contents; a file that is not UTF-8 text is one :class:`InputError` naming it."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{flag} {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); convert it "
+                         "(e.g. iconv -t utf-8) or give one of: " + TAKEN) from None
+
+
+def read_documents(path: str | Path, format: str = "auto", flag: str = "--corpus.file") -> Iterator[Document]:
+    """The records of a source of any format but ``text`` (see :func:`read_text_file` for that)."""
+    fmt = resolve_format(path, format, flag)
+    p = Path(path)
+    if fmt in ("jsonl", "beir"):
+        yield from _jsonl_records(p, flag)
+    elif fmt == "parquet":
+        yield from _table_records(pq.read_table(p).to_pylist(), str(p), flag)
+    elif fmt == "hf_disk":
+        from datasets import load_from_disk  # 1-2 s of imports, only for this format
+
+        try:
+            ds = load_from_disk(str(p))
+        except (FileNotFoundError, ValueError) as e:
+            raise InputError(f"{flag} {str(p)!r} is not a dataset saved with save_to_disk ({e})") from None
+        if hasattr(ds, "keys") and not hasattr(ds, "column_names"):  # a DatasetDict: its first split
+            ds = ds[next(iter(ds.keys()))]
+        yield from _table_records(iter(ds), str(p), flag)
+    elif fmt == "txt_dir":
+        files = sorted(p.glob("*.txt")) if p.is_dir() else []
+        if not files:
+            raise InputError(f"{flag} {str(p)!r}: txt_dir needs a folder of .txt files")
+        for f in files:
+            yield Document(f.stem, f.stem, read_text_file(f, flag))
+    else:
+        raise InputError(f"{flag} {str(p)!r} is a text, not a source of records; read it as text")
+
+
+def _jsonl_records(path: Path, flag: str) -> Iterator[Document]:
+    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    for f in files:
+        with open(f, encoding="utf-8") as lines:
+            try:
+                for i, line in enumerate(lines, 1):
+                    if line.strip():
+                        yield _record(_json(line, f, i), f"{f}:{i}")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{flag} {str(f)!r} is not UTF-8 text ({e.reason}); convert it to UTF-8") from None
+
+
+def _json(line: str, f: Path, i: int) -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{f}:{i} is not JSON ({e.msg})") from None
+    if not isinstance(row, dict):
+        raise InputError(f"{f}:{i} is a JSON {type(row).__name__}, not an object with an id and a text")
+    return row
+
+
+def _table_records(rows, where: str, flag: str) -> Iterator[Document]:
+    for i, row in enumerate(rows):
+        yield _record(row, f"{where} row {i}")
+
+
+def _record(row: dict, where: str) -> Document:
+    """A Pyserini ({"id", "contents"}), BEIR ({"_id", "title", "text"}) or table row as a :class:`Document`."""
+    docid = row.get("id", row.get("_id", row.get("docid")))
+    if docid is None or not ("contents" in row or "text" in row):
+        raise InputError(f"{where} needs an id (\"id\" or \"_id\") and either \"contents\" or \"title\" and \"text\" "
+                         f"(Pyserini JsonCollection or BEIR layout); it has {sorted(row)}")
+    if "contents" in row:
+        contents = str(row["contents"] or "")
+        title, _, text = contents.partition("\n") if "\n" in contents else ("", "", contents)
+        return Document(str(docid), title, text)  # as written: contents rebuilds the line byte for byte
+    return Document(str(docid), str(row.get("title") or "").strip(), str(row["text"] or ""))
+
+
+def as_wikitext(docs) -> str:
+    """Records rendered as raw WikiText layout (`` = Title = ``, a blank line, one paragraph per line), so that a
+    text of any format has the articles and titles the LM's readers find (:mod:`ralm.articles`)."""
+    out = []
+    for d in docs:
+        paras = [" ".join(p.split()) for p in d.text.split("\n") if p.strip()]
+        if not paras:
+            continue
+        out.append(f" = {d.title or d.id} = \n \n" + "".join(f" {p} \n" for p in paras) + " \n")
+    return "".join(out)

@@ -1,0 +1,135 @@
+"""Rerankers as choosers on stored examples no fit read, with paired intervals: the work of
+``python -m reranking.heldout`` (the dev judge)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from datasets import load_dataset
+
+from ralm.files import atomic_write, file_sha256
+from ralm.retrieval import Passage
+from ralm.scoring import resolve_device
+from ralm.selectors import StrideBatch
+from ralm.settings import EncoderInput, InputError
+from reranking.data import parquet_files
+from reranking.encoder_selectors import CosineSelector, PredictiveSelector
+
+
+def stored_examples(data_dir: str | Path, k: int):
+    """Every example of the shards in ``data_dir`` (a datasets.Dataset; no split) and the LM's log-probabilities
+    ``[n, k]`` of its first ``k`` candidates (-inf on missing ones)."""
+    ds = load_dataset("parquet", data_files=parquet_files(data_dir), split="train")
+    lm = np.full((len(ds), k), -np.inf)
+    for i, row in enumerate(ds["lm_logprobs"]):
+        lm[i, :min(k, len(row))] = row[:k]
+    return ds, lm
+
+
+def choose(ds, k: int, selector, batch_size: int = 32) -> np.ndarray:
+    """The index of the candidate an evaluation selector (``PredictiveSelector`` for an export, BM25 prior
+    included; ``CosineSelector`` for the cosine row) ranks first among each example's first ``k``, given
+    the stored prefix as the stride's prefix text and the stored passages with their BM25 scores."""
+    picks: list[int] = []
+    for start in range(0, len(ds), batch_size):
+        rows = ds[start:start + batch_size]
+        cands = [[Passage(str(j), "", text, float(score)) for j, (text, score) in enumerate(zip(texts[:k], scores[:k]))]
+                 for texts, scores in zip(rows["doc_texts"], rows["bm25_scores"])]
+        picks += selector.select(StrideBatch(list(rows["prefix_text"]), cands, [int(i) for i in rows["id"]]))
+    return np.asarray(picks)
+
+
+def table(lm: np.ndarray, picks: dict[str, np.ndarray], against: list[str], resamples: int = 1000,
+          seed: int = 0, groups: np.ndarray | None = None) -> str:
+    """Markdown table of each chooser's mean −log p(y | chosen d), with paired bootstrap 95 % intervals
+    of its difference from BM25's first (candidate 0) and from each chooser in ``against``. ``groups``
+    (an integer per example, e.g. its article): resample whole groups, since examples of one article are
+    not independent; the mean of a resample is its examples' mean (singleton groups: the plain bootstrap)."""
+    n = len(lm)
+    nll = {name: -lm[np.arange(n), p] for name, p in picks.items()}
+    bm25, oracle = -lm[:, 0], -lm.max(1)
+    groups = np.arange(n) if groups is None else np.unique(groups, return_inverse=True)[1]
+    g = int(groups.max()) + 1 if n else 0
+    boot = np.random.default_rng(seed).integers(g, size=(resamples, g))
+    sizes = np.bincount(groups, minlength=g)[boot].sum(1)
+
+    def diff(a: np.ndarray, b: np.ndarray) -> str:
+        d = a - b
+        lo, hi = np.percentile(np.bincount(groups, d, minlength=g)[boot].sum(1) / sizes, [2.5, 97.5])
+        return f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+    head = ["reranker", "mean -log p(y given chosen d)", "gap captured", "chosen = BM25's first",
+            "vs BM25's first [95% CI]"] + [f"vs {a} [95% CI]" for a in against]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for name, p in picks.items():
+        cells = [name, f"{nll[name].mean():.3f}", f"{(bm25.mean() - nll[name].mean()) / (bm25.mean() - oracle.mean()):.1%}",
+                 f"{(p == 0).mean():.1%}", diff(nll[name], bm25)]
+        cells += ["-" if a == name else diff(nll[name], nll[a]) for a in against]
+        lines.append("| " + " | ".join(cells) + " |")
+    unit = "examples" if g == n else f"{g} articles"
+    return (f"{n} examples; BM25's first {bm25.mean():.3f}, oracle {oracle.mean():.3f} "
+            f"(mean -log p(y | d; x) per target; intervals resample {unit})\n\n" + "\n".join(lines) + "\n")
+
+
+class PickCache:
+    """Each chooser's picks on a held-out directory, kept under ``DATA/picks/`` by the identity of what
+    chose (an export's file hashes; the cosine row's settings) and of the shards and ``k``: a table with
+    one new reranker costs that reranker's encoder passes only. A changed export or shard misses."""
+
+    def __init__(self, data: Path, k: int):
+        self.dir = data / "picks"
+        self.data_id = [(f.name, file_sha256(f)) for f in sorted(data.glob("*.parquet"))] + [("k", str(k))]
+
+    def get(self, name: str, identity: list, compute) -> np.ndarray:
+        key = hashlib.sha256(json.dumps([self.data_id, identity]).encode()).hexdigest()[:16]
+        path = self.dir / f"{name}-{key}.npy"
+        if path.is_file():
+            print(f"{name}: picks from {path}", file=sys.stderr, flush=True)
+            return np.load(path)
+        picks = compute()
+
+        def save(tmp: Path) -> None:
+            with open(tmp, "wb") as f:  # a file object: np.save would add ".npy" to the temporary name
+                np.save(f, picks)
+
+        atomic_write(path, save)
+        print(f"{name}: {len(picks)} examples chosen", file=sys.stderr, flush=True)
+        return picks
+
+
+def export_identity(export: Path) -> list:
+    return [(f.name, file_sha256(f)) for f in sorted(export.iterdir()) if f.is_file() and not f.name.startswith(".")]
+
+
+def article_of(ds) -> np.ndarray:
+    """Each stored example's source article, as an integer (the resampling unit of ``--by_article``)."""
+    return np.unique(np.asarray(ds["source_title"]), return_inverse=True)[1]
+
+
+def judge(data: str, rerankers: list[str] | None, cosine: str | None, input: EncoderInput, k: int,
+          against: list[str] | None, out: str | None, device: str, batch_size: int, by_article: bool) -> str:
+    """``python -m reranking.heldout``'s work: each reranker's choices on ``data``'s examples, as a table."""
+    dev = resolve_device(device)
+    ds, lm = stored_examples(data, k)
+    cache = PickCache(Path(data), k)
+    picks = {}
+    if cosine:
+        picks["cosine"] = cache.get("cosine", ["cosine", cosine, json.dumps(input.__dict__)],
+                                    lambda: choose(ds, k, CosineSelector(cosine, input=input, batch_size=batch_size,
+                                                                         device=dev)))
+    for r in rerankers or []:
+        if not Path(r).is_dir():
+            raise InputError(f"--rerankers: {r!r} is not an export directory")
+        picks[Path(r).name] = cache.get(Path(r).name, export_identity(Path(r)),
+                                        lambda r=r: choose(ds, k, PredictiveSelector.from_path(r, dev, batch_size)))
+    bad = [a for a in against or [] if a not in picks]
+    if bad or not picks:
+        raise InputError(f"--against {bad}: not a row (rows: {', '.join(picks) or 'none: give --rerankers or --cosine'})")
+    text = table(lm, picks, list(against or []), groups=article_of(ds) if by_article else None)
+    if out:
+        atomic_write(Path(out), lambda t: Path(t).write_text(text))
+    return text

@@ -1,0 +1,236 @@
+"""A reranker fit as ``python -m reranking.fit`` runs it: the LightningCLI, its Trainer, resume and stop.
+
+* :class:`RerankerCLI` (``LightningCLI(run=False)``) over :class:`~reranking.system.RerankerSystem` and
+  :class:`~reranking.data.RerankDataModule`; the data module reads what the model reads, so no setting is
+  given twice.
+* :class:`Trainer`: Lightning's, with ``precision: auto`` (:mod:`ralm.precision`), progress lines in a log
+  file, self-describing checkpoints (:class:`~reranking.callbacks.RerankerState`) written to a temporary
+  name and renamed (:class:`AtomicCheckpointIO`).
+* :func:`fit`: resume in place, train, stop cleanly on SIGTERM / SIGINT (``last.ckpt`` at the step it was on,
+  exit 143 / 130: the same command continues), export.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+import warnings
+from contextlib import nullcontext
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from jsonargparse import ArgumentError
+from lightning.fabric.connector import _PRECISION_INPUT
+from lightning.fabric.plugins import TorchCheckpointIO
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from ralm.cli import USER_ERRORS, error, help_formatter, quiet_libraries, quiet_lightning
+from ralm.files import atomic_write
+from ralm.lock import claim
+from ralm.precision import lightning_precision
+from ralm.settings import InputError, SettingsError
+from reranking.callbacks import LogProgress, RerankerState
+from reranking.data import RerankDataModule
+from reranking.export import export, read_checkpoint
+from reranking.system import MONITOR, RerankerSystem
+
+PROG = "python -m reranking.fit"
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written to a temporary name in their own folder, fsynced and renamed: a full disk or a kill
+    never leaves a truncated ``best-*.ckpt`` or ``last.ckpt`` under its final name."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        atomic_write(path, lambda tmp: torch.save(checkpoint, tmp))
+
+
+class Trainer(pl.Trainer):
+    """Lightning's Trainer whose ``precision`` defaults to ``auto``: bf16-mixed where the accelerator runs
+    bf16 natively, 32-true elsewhere (:mod:`ralm.precision`); any Lightning precision still wins."""
+
+    def __init__(self, *args, precision: str | int | None = "auto", **kwargs):
+        check_precision(precision)
+        precision, line = lightning_precision(precision, kwargs.get("accelerator"))
+        if line:
+            print(f"[reranking.fit] {line}", file=sys.stderr, flush=True)
+        callbacks = list(kwargs.pop("callbacks", None) or [])
+        for kind in (LogProgress, RerankerState):
+            if not any(isinstance(c, kind) for c in callbacks):
+                callbacks.append(kind())
+        if not sys.stderr.isatty():  # a carriage-return bar is noise in a log file; LogProgress prints lines
+            kwargs["enable_progress_bar"] = False
+        plugins = kwargs.pop("plugins", None) or []
+        plugins = plugins if isinstance(plugins, list) else [plugins]
+        if not any(hasattr(p, "save_checkpoint") for p in plugins):
+            plugins.append(AtomicCheckpointIO())
+        super().__init__(*args, precision=precision, callbacks=callbacks, plugins=plugins, **kwargs)
+
+
+def check_precision(precision) -> None:
+    """``auto`` or one of Lightning's precision spellings (refused with the list before anything is built)."""
+    allowed = ["auto"] + [v for lit in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(lit)]
+    if precision is not None and precision not in allowed and str(precision) not in map(str, allowed):
+        raise SettingsError(f"--trainer.precision {precision!r} is not a precision: use auto (bf16-mixed where the "
+                            "hardware runs bf16 natively, 32-true elsewhere) or one of "
+                            f"{', '.join(map(str, allowed[1:]))}")
+
+
+class RerankerCLI(LightningCLI):
+    def __init__(self, *args, trainer_class=None, **kwargs):
+        super().__init__(*args, trainer_class=trainer_class or Trainer, **kwargs)
+
+    def add_arguments_to_parser(self, parser):
+        parser.add_argument("--ckpt_path", type=str | None, default=None,
+                            help="Resume from this checkpoint of a reranking.fit run (e.g. .../last.ckpt), in "
+                                 "the same run directory.")
+        parser.add_argument("--export_dir", type=str | None, default=None,
+                            help="Where to export the final reranker (default: <run dir>/reranker).")
+        parser.set_defaults({
+            "trainer.max_steps": 10_000,
+            "trainer.use_distributed_sampler": False,  # the loaders shard by rank themselves (exact resume)
+            "trainer.logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                               "init_args": {"save_dir": "checkpoints", "name": "reranker",
+                                             "default_hp_metric": False}},
+            "trainer.callbacks": [
+                {"class_path": "reranking.callbacks.RerankerCheckpoint",
+                 "init_args": {"monitor": MONITOR, "mode": "min", "save_last": True,
+                               "filename": "best-step{step:06d}", "auto_insert_metric_name": False}},
+            ],
+        })
+
+    def before_instantiate_classes(self) -> None:
+        check_precision(self.config.trainer.get("precision"))
+        check_schedule(self.config)
+        resume_in_place(self.config)
+
+
+def check_schedule(cfg) -> None:
+    """The schedule must be finite and longer than its warm-up (checked before anything is built); 0 steps
+    (the untrained start, exported as such) needs none."""
+    steps = cfg.trainer.get("max_steps", -1)
+    optim = cfg.model.get("optimizer")
+    total = (optim.get("total_steps") if optim else None) or steps
+    warm = optim.get("warmup_steps", 0) if optim else 0
+    if steps == 0:
+        return
+    if total is None or total < 0:
+        raise SettingsError("the learning-rate schedule needs a length: set --trainer.max_steps (or "
+                            "--model.optimizer.total_steps)")
+    if total <= warm:
+        raise SettingsError(f"the schedule ({total} steps, --trainer.max_steps / --model.optimizer.total_steps) must "
+                            f"be longer than its warm-up (--model.optimizer.warmup_steps {warm}); lower "
+                            "--model.optimizer.warmup_steps or raise --trainer.max_steps")
+
+
+def _logger_args(cfg) -> dict | None:
+    lg = cfg.trainer.get("logger")
+    if lg is None or isinstance(lg, bool) or "TensorBoardLogger" not in str(lg.get("class_path", "")):
+        return None
+    return lg["init_args"]
+
+
+def resume_in_place(cfg) -> None:
+    """Continue a run in its own directory: from ``--ckpt_path`` (its run directory becomes the logger's),
+    or, for a logger with a fixed version, from that directory's ``last.ckpt`` when it exists."""
+    args = _logger_args(cfg)
+    if args is not None:  # absolute, so that a resumed run's checkpoint directory compares equal to the first's
+        args["save_dir"] = str(Path(args.get("save_dir") or ".").resolve())
+    if cfg.ckpt_path:
+        ckpt = Path(cfg.ckpt_path)
+        check_checkpoint(ckpt)
+        if args is not None and ckpt.parent.name == "checkpoints" and len(ckpt.parents) >= 4:
+            run_dir = ckpt.resolve().parent.parent  # <save_dir>/<name>/<version>/checkpoints/last.ckpt
+            args["save_dir"], args["name"], args["version"] = str(run_dir.parent.parent), run_dir.parent.name, run_dir.name
+    elif args is not None and args.get("version") is not None:
+        last = run_directory(cfg) / "checkpoints" / "last.ckpt"
+        if last.is_file():
+            check_checkpoint(last)
+            cfg.ckpt_path = str(last)
+            print(f"[reranking.fit] resuming from {last}", file=sys.stderr)
+    if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
+        raise InputError(f"--ckpt_path {cfg.ckpt_path!r} does not exist")
+
+
+def run_directory(cfg) -> Path | None:
+    """``<save_dir>/<name>/<version>`` of a TensorBoard logger with a fixed version (else None: Lightning
+    picks a new ``version_N``)."""
+    args = _logger_args(cfg)
+    if args is None or args.get("version") is None:
+        return None
+    return Path(args["save_dir"]) / (args.get("name") or "") / str(args["version"])
+
+
+def check_checkpoint(path: Path) -> None:
+    """A checkpoint to resume from must be a readable one of reranking.fit (read without unpickling code)."""
+    if not path.is_file():
+        raise InputError(f"--ckpt_path {str(path)!r} does not exist")
+    read_checkpoint(path, "--ckpt_path")
+
+
+def best_or_last_weights(trainer, system) -> int:
+    """Load the best checkpoint's weights into ``system`` (if ModelCheckpoint kept one); returns the step
+    the weights are from, which the export records (the best step, not the fit's last)."""
+    ckpt = getattr(trainer.checkpoint_callback, "best_model_path", "") if trainer.checkpoint_callback else ""
+    if ckpt and Path(ckpt).is_file():
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+        system.load_state_dict(state["state_dict"], strict=True)
+        return int(state["global_step"])
+    return trainer.global_step
+
+
+def _stopped(trainer, signal_name: str, code: int, argv: list[str]) -> int:
+    """One line on what a stopped fit kept and how it continues; the exit status."""
+    last = getattr(trainer.checkpoint_callback, "last_model_path", "") if trainer.checkpoint_callback else ""
+    kept = f"{last} (step {trainer.global_step})" if last and Path(last).is_file() else "nothing (no step finished)"
+    print(f"[reranking.fit] stopped by {signal_name} at step {trainer.global_step}; kept {kept}; rerun the same "
+          "command to continue" + ("" if "--ckpt_path" in argv or not last else f" (or add --ckpt_path {last})"),
+          file=sys.stderr, flush=True)
+    return code
+
+
+def fit(args: list[str], description: str | None = None):
+    """Train (``args`` as on the command line; ``description``: the ``--help`` text); returns the CLI, or an
+    exit status: 2 after a one-line error, 143 / 130 after a SIGTERM / SIGINT (``last.ckpt`` kept)."""
+    verbose = "--verbose" in args
+    if verbose:
+        args = [a for a in args if a != "--verbose"]
+    quiet_libraries(verbose)
+    # fit() always hands LightningCLI the parsed-out argv, which its args/sys.argv check warns about
+    warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+    try:
+        quiet_lightning(verbose)
+        cli = RerankerCLI(RerankerSystem, RerankDataModule, run=False, args=args, seed_everything_default=0,
+                          save_config_kwargs={"overwrite": True}, subclass_mode_model=False,
+                          auto_configure_optimizers=False,
+                          parser_kwargs={"prog": PROG, "exit_on_error": False, "description": description,
+                                         "formatter_class": help_formatter()})
+        trainer, system = cli.trainer, cli.model
+        # a second fit exporting to the same --export_dir is refused before it trains (a default export
+        # goes to this run's own version directory)
+        with claim(cli.config.export_dir, "--export_dir") if cli.config.export_dir else nullcontext():
+            try:
+                trainer.fit(system, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+            except SIGTERMException:
+                return _stopped(trainer, "SIGTERM", 128 + 15, args)
+            except SystemExit as e:  # Lightning turns Ctrl-C into sys.exit(1) after its on_exception hooks
+                if trainer.interrupted:
+                    return _stopped(trainer, "SIGINT", 130, args)
+                raise e
+            step = best_or_last_weights(trainer, system)
+            log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
+            if trainer.is_global_zero:
+                out = cli.config.export_dir or str(Path(log_dir or "checkpoints") / "reranker")
+                val = {k: round(float(v), 6) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+                export(system, out, trained={"precision": str(trainer.precision), "steps": step,
+                                             "fit_steps": trainer.global_step, "data": str(cli.config.data.data_dir),
+                                             **({"validation": val} if val else {})})
+                what = "the untrained start (0 steps)" if trainer.global_step == 0 else f"the reranker (step {step})"
+                print(f"exported {what} to {out}", file=sys.stderr)
+    except USER_ERRORS as e:
+        return error(PROG, e)
+    except ArgumentError as e:
+        return error(PROG, f"{e} (see {PROG} --help)")
+    return cli
