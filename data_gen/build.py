@@ -27,7 +27,7 @@ from ralm.cli import run
 from ralm.lock import claim
 from ralm.settings import WIKITEXT103_TEST, WIKITEXT103_TRAIN, Devices, Retrieval, Scoring, Text, Windows
 
-from .config import BuildConfig, RunConfig
+from .config import BuildConfig, RunConfig, Targets
 
 
 def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model: str = "gpt2",
@@ -35,7 +35,7 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
           windows: Windows = Windows(), out: str = "checkpoints/data_gen/wt103-gpt2-dpr", stage: str = "all", batch_examples: int = 8,
           scoring: Scoring = Scoring(), num_workers: int = 0, retrieval_batch: int = 256, keep_work: bool = False,
           trainer: Devices = Devices(), verbose: bool = False, progress: bool = True,
-          exclude_source: bool = True) -> dict | None:
+          exclude_source: bool = True, targets: Targets = Targets()) -> dict | None:
     """Build (or resume, or check) an LM-supervised reranker training set.
 
     Args:
@@ -62,9 +62,11 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
         progress: Show progress (a bar on a terminal, periodic lines otherwise).
         exclude_source: Never retrieve a passage titled like the example's own article (false: for a corpus
             that holds only parts of the articles the prefixes do not come from, e.g. their first halves).
+        targets: Several examples per LM window (m targets, each with its own prefix) and whose BM25 list
+            each scores: several times fewer LM forwards per example (1, the default: the paper's data).
     """
     b = BuildConfig(examples=examples, seed=seed, shard_size=shard_size, model=model, text=text, eval_text=eval_text,
-                    retrieval=retrieval, windows=windows, exclude_source=exclude_source)
+                    retrieval=retrieval, windows=windows, exclude_source=exclude_source, targets=targets)
     r = RunConfig(out=out, stage=stage, batch_examples=batch_examples, scoring=scoring, num_workers=num_workers,
                   retrieval_batch=retrieval_batch, keep_work=keep_work, trainer=trainer, verbose=verbose,
                   progress=progress)

@@ -36,6 +36,48 @@ def load_text(text: Text, what: str) -> str:
 
 
 @dataclass(frozen=True)
+class Targets:
+    """Several examples per LM window: a causal LM's forward over ``[d ; window]`` gives every later token's
+    log-probability, so one row per candidate scores ``per_window`` consecutive targets of s tokens, each an
+    example with its own prefix (METHOD §1, "Several targets per window").
+
+    Args:
+        per_window: m: targets scored from one window (1: one example per window, the paper's data). Target j of
+            m (0-based) keeps the window's tokens before it as its prefix: (m - 1 - j) * s tokens fewer than a
+            window of its own would give; the last target is exactly a one-target example.
+        candidates: own: every target's own BM25 top k (the paper's protocol; the window scores the union of its
+            targets' lists once); shared: one list per window, the first target's, for all its targets (k + 1
+            rows for m examples; the later targets' candidates and BM25 scores are those of a query
+            j * s tokens older than their own).
+        extend: Lengthen the window by (m - 1) * s tokens, so that every target keeps at least the L - s prefix
+            tokens of a one-target example (the first target is exactly one; later targets read more): the rows
+            cost more, the examples differ less from one-target ones. false: the window stays L tokens.
+    """
+
+    per_window: int = 1
+    candidates: str = "own"
+    extend: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.per_window < 1:
+            problems.append(f"--targets.per_window must be >= 1 (got {self.per_window})")
+        if self.candidates not in ("own", "shared"):
+            problems.append(f"--targets.candidates must be own or shared (got {self.candidates!r})")
+        if problems:
+            raise BuildError("invalid targets settings: " + "; ".join(problems))
+
+    def scoring_window(self, length: int, stride: int) -> int:
+        """Tokens per LM row: L, or L + (m - 1) * s with ``extend``."""
+        return length + (self.per_window - 1) * stride if self.extend else length
+
+    def window_end(self, example_id: int, position: int, stride: int) -> int:
+        """End of the LM window that scores example ``example_id`` (target at ``position``): its window's
+        last target ends there. Example ids of one window are consecutive: window w holds w*m .. w*m+m-1."""
+        return position + (self.per_window - example_id % self.per_window) * stride
+
+
+@dataclass(frozen=True)
 class BuildConfig:
     """What the training set contains. Every field is part of the dataset's identity."""
 
@@ -48,10 +90,15 @@ class BuildConfig:
     retrieval: Retrieval
     windows: Windows
     exclude_source: bool = True
+    targets: Targets = field(default_factory=Targets)
 
     def __post_init__(self) -> None:
         problems = [f"--{n} must be >= 1 (got {getattr(self, n)})" for n in ("examples", "shard_size")
                     if getattr(self, n) < 1]
+        m = self.targets.per_window
+        problems += [f"--{n} ({getattr(self, n)}) must be a multiple of --targets.per_window ({m}): a window's "
+                     "examples are scored together and stay in one shard" for n in ("examples", "shard_size")
+                     if getattr(self, n) % m]
         if problems:
             raise BuildError("invalid build settings: " + "; ".join(problems))
         self.retrieval.check_windows(self.windows)
@@ -60,7 +107,19 @@ class BuildConfig:
         """The identity stored in config.json (s' and the stage-only flags are not part of it)."""
         d = dataclasses.asdict(self)
         d["windows"].pop("zero_shot_tokens")
+        if self.targets == Targets():  # one target per window: the identity of every dataset built before m existed
+            d.pop("targets")
         return d
+
+    def check_targets(self, window: int) -> None:
+        """Every target's prefix holds the document and the query: doc budget < L - m*s and ℓ <= L - m*s."""
+        m, s = self.targets.per_window, self.windows.stride
+        room = window - m * s
+        if m > 1 and (self.windows.doc_max_tokens >= room or self.retrieval.query_tokens > room):
+            raise BuildError(f"--targets.per_window {m} leaves the first target L - m*s = {window} - {m}*{s} = {room} "
+                             f"prefix tokens, which must exceed --windows.doc_max_tokens ({self.windows.doc_max_tokens}) "
+                             f"and hold --retrieval.query_tokens ({self.retrieval.query_tokens}); lower "
+                             "--targets.per_window or --windows.doc_max_tokens, or raise --windows.max_length")
 
     @property
     def n_shards(self) -> int:

@@ -32,14 +32,21 @@ from .shards import Layout, assemble_shard, check_config, drop_bad_shards, verif
 
 
 def check_model(build: BuildConfig):
-    """The LM's tokenizer and its effective window L, after the causal-LM and vocabulary checks."""
+    """The LM's tokenizer and the tokens of its rows (L clipped to the LM's context, L + (m - 1) * s with
+    ``--targets.extend``), after the causal-LM and vocabulary checks."""
     try:
         tok, cfg = load_tokenizer(build.model), load_config(build.model)
         check_causal_lm(build.model, cfg, tok)
     except ModelError as e:
         raise BuildError(str(e) if "--model" in str(e) else f"--model: {e}") from None
-    window = build.windows.fitted(context_length(cfg))
+    context = context_length(cfg)
+    window = build.windows.fitted(context)
     build.retrieval.check_windows(build.windows, window)
+    window = build.targets.scoring_window(window, build.windows.stride)  # what an LM row holds
+    if window > context:
+        raise BuildError(f"--targets.extend makes LM rows of L + (m - 1) * s = {window} tokens, more than the LM's "
+                         f"context ({context}); lower --windows.max_length or --targets.per_window")
+    build.check_targets(window)
     return tok, window
 
 

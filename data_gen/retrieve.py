@@ -1,6 +1,7 @@
 """Stage "retrieve": BM25 top-k per example, in the search process (``ralm.search_process``).
 
-Per example: query = decode of the ℓ tokens before the targets; candidates whose title equals the
+Per example: query = decode of the ℓ tokens before the targets (with ``--targets.candidates shared``, a
+window's examples all take its first target's list); candidates whose title equals the
 example's source article title are excluded (the reranker must not learn to find the verbatim
 continuation; ``--exclude_source false`` keeps them, for a corpus built so that it holds no text of the
 training prefixes' own part of the article, e.g. first halves indexed, prefixes from second halves), and so
@@ -54,10 +55,16 @@ def retrieve_shard(searcher, build: BuildConfig, tokenizer, ids: np.ndarray, sam
     example_ids, positions = samples.column("id").to_numpy(), samples.column("position").to_numpy()
     titles = samples.column("source_title").to_pylist()
     queries = [query_text(tokenizer, ids, int(p), ell) for p in positions]
-    excluded = list(titles) if build.exclude_source else [None] * len(titles)
-    futures = [searcher.submit(queries[i:i + batch], k, exclude_titles=excluded[i:i + batch], forbidden=forbidden)
-               for i in range(0, len(queries), batch)]
-    results = [r for f in futures for r in f.result()]
+    # shared candidates: only a window's first target searches (its query is every target's past); the others
+    # take its list. Every example keeps its own query text.
+    m = build.targets.per_window
+    lead = [i - int(e) % m if build.targets.candidates == "shared" else i for i, e in enumerate(example_ids)]
+    searched = sorted(set(lead))
+    q = [queries[i] for i in searched]
+    excluded = [titles[i] if build.exclude_source else None for i in searched]
+    futures = [searcher.submit(q[i:i + batch], k, exclude_titles=excluded[i:i + batch], forbidden=forbidden)
+               for i in range(0, len(q), batch)]
+    found = [r for f in futures for r in f.result()]
     # The source article may also carry its Wikipedia spelling (DPR: "Kiss You (One Direction song)" for
     # WikiText's "Kiss You ( One Direction song )"): exclude both spellings, per source title.
     groups: dict[str, list[int]] = {}
@@ -65,13 +72,15 @@ def retrieve_shard(searcher, build: BuildConfig, tokenizer, ids: np.ndarray, sam
         if t and detokenize_title(t) != t:
             groups.setdefault(t, []).append(i)
     for t, idx in groups.items():
-        again = searcher.submit([queries[i] for i in idx], k, exclude_titles=[detokenize_title(t)] * len(idx),
+        again = searcher.submit([q[i] for i in idx], k, exclude_titles=[detokenize_title(t)] * len(idx),
                                 forbidden=set(forbidden) | {t}).result()
         for i, r in zip(idx, again):
-            results[i] = r
+            found[i] = r
+    by_example = dict(zip(searched, found))
+    results = [by_example[i] for i in lead]
     n_cand = [len(r) for r in results]
     notes = []
-    for q, n in zip(queries, n_cand):
+    for q, n in zip((queries[i] for i in lead), n_cand):
         if n >= k:
             notes.append("")
         elif not q.strip():

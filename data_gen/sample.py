@@ -10,6 +10,8 @@ comes for free.
 
 An example is a target position ``p`` with ``L - s <= p <= N - s``; its window is
 ``ralm.windows.window_ending_at(p, s, L)`` (always full length), its targets the window's last s tokens.
+With m targets per window (``--targets.per_window``) the window ends after the last of m consecutive targets
+and each target's prefix is the window's part before it.
 """
 
 from __future__ import annotations
@@ -82,23 +84,32 @@ def _split_is_exact(tokenizer, pieces: list[str], checks: int = 8) -> bool:
     return True
 
 
-def sample_positions(n_tokens: int, examples: int, window: int, stride: int, seed: int) -> np.ndarray:
-    """``examples`` distinct target positions p in ``[window - stride, n_tokens - stride]`` (int64).
+def sample_positions(n_tokens: int, examples: int, window: int, stride: int, seed: int,
+                     per_window: int = 1) -> np.ndarray:
+    """``examples`` target positions (int64), ``per_window`` consecutive ones per window.
 
-    Drawn without replacement by ``numpy.random.default_rng(seed)``; the order is the example order.
+    The windows' last targets are distinct positions p in ``[window - stride, n_tokens - stride]``, drawn without
+    replacement by ``numpy.random.default_rng(seed)`` in the example order; window w's targets (examples
+    w*m .. w*m+m-1) begin at p - (m-1)*s, ..., p - s, p, so they share the window ending at p + s.
     """
+    n_windows = examples // per_window
     lo, hi = window - stride, n_tokens - stride
     n_valid = hi - lo + 1
     if n_valid < 1:
         raise BuildError(
             f"the training text has {n_tokens:,} tokens, fewer than one {window}-token window; "
             "use a longer text (--text.file / --text.dataset) or a smaller --windows.max_length")
-    if examples > n_valid:
+    if n_windows > n_valid:
         raise BuildError(
-            f"--examples {examples:,} exceeds the {n_valid:,} distinct positions of the training text "
-            f"({n_tokens:,} tokens, window {window}); lower --examples or use a longer text")
+            f"--examples {examples:,}{f' ({n_windows:,} windows of {per_window})' if per_window > 1 else ''} exceeds "
+            f"the {n_valid:,} distinct positions of the training text ({n_tokens:,} tokens, window {window}); lower "
+            "--examples or use a longer text")
     rng = np.random.default_rng(seed)
-    return rng.choice(n_valid, size=examples, replace=False).astype(np.int64) + lo
+    last = rng.choice(n_valid, size=n_windows, replace=False).astype(np.int64) + lo
+    if per_window == 1:
+        return last
+    back = (np.arange(per_window, dtype=np.int64)[::-1] * stride)  # (m-1)*s, ..., s, 0
+    return (last[:, None] - back[None, :]).reshape(-1)
 
 
 def run_sample(layout: Layout, build: BuildConfig, tokenizer, window: int, write: bool):
@@ -113,7 +124,8 @@ def run_sample(layout: Layout, build: BuildConfig, tokenizer, window: int, write
     tok = tokenize_text(tokenizer, text)
     log(f"[sample] {build.text.describe()}: {len(text):,} chars -> {len(tok.ids):,} tokens, {len(tok.titles):,} "
          f"articles in {time.perf_counter() - t0:.1f}s")
-    positions = sample_positions(len(tok.ids), build.examples, window, build.windows.stride, build.seed)
+    positions = sample_positions(len(tok.ids), build.examples, window, build.windows.stride, build.seed,
+                                 build.targets.per_window)
     samples = pa.table({"id": np.arange(build.examples, dtype=np.int64), "position": positions,
                         "source_title": tok.title_at(positions)})
     store_config(layout)  # every input passed: from here on the directory holds this dataset

@@ -34,7 +34,6 @@ from ralm.files import atomic_write, file_sha256
 from ralm.lock import LOCK
 from ralm.precision import for_run
 from ralm.schema import TRAINING_SCHEMA
-from ralm.windows import window_ending_at
 
 from .config import BuildConfig, BuildError, RunConfig, config_diff, identity_json, log
 
@@ -279,9 +278,11 @@ def assemble_shard(layout: Layout, s: int, tokens, tokenizer, window: int) -> bo
     rows = pq.read_table(layout.retrieved(s)).to_pydict()
     if rows["id"] != ids:
         raise BuildError(f"{layout.retrieved(s)} does not hold examples {ids[0]}..{ids[-1]}; delete {layout.work}")
-    wins = [window_ending_at(p, build.windows.stride, window) for p in rows["position"]]
-    prefix_ids = [np.asarray(tokens[w.begin:w.target_begin], dtype=np.int32) for w in wins]
-    target_ids = [np.asarray(tokens[w.target_begin:w.end], dtype=np.int32) for w in wins]
+    stride = build.windows.stride
+    # an example's prefix: its window's tokens before its target (with m targets a window ends after the last)
+    ends = [build.targets.window_end(i, p, stride) for i, p in zip(ids, rows["position"])]
+    prefix_ids = [np.asarray(tokens[e - window:p], dtype=np.int32) for e, p in zip(ends, rows["position"])]
+    target_ids = [np.asarray(tokens[p:p + stride], dtype=np.int32) for p in rows["position"]]
     lm, nodoc = [], []
     for i, n in zip(ids, rows["n_candidates"]):
         cand, none = scores[i]

@@ -497,3 +497,83 @@ def test_a_manifest_that_is_not_json_is_one_line(built, dg_inputs, tmp_path, cap
     assert main(build_args(dg_inputs, out)) == 2
     err = capsys.readouterr().err
     assert "manifest.json is not a readable data_gen manifest" in err and "Traceback" not in err, err
+
+
+@pytest.fixture(scope="module")
+def multi_target(dg_inputs, tmp_path_factory) -> dict:
+    """4 targets per window, both ways of choosing candidates, 5 windows each (16 examples in shards of 8)."""
+    out = {}
+    for way in ("own", "shared", "shared-extend"):
+        d = tmp_path_factory.mktemp(f"dg_multi_{way}") / "out"
+        rc, log = run_cli(build_args(dg_inputs, d, "--examples", "20", "--shard_size", "8", "--targets.per_window", "4",
+                                     "--targets.candidates", way.split("-")[0], "--targets.extend",
+                                     str(way.endswith("extend")).lower()))
+        assert rc == 0, log
+        out[way] = load_rows(d)
+    return out
+
+
+@pytest.mark.parametrize("way", ["own", "shared", "shared-extend"])
+def test_multi_target_logprobs_match_single_target_transcription(multi_target, dg_inputs, way):
+    """Target j of m equals a plain single-target HF forward over its shortened window (the window cut after
+    target j: (m - 1 - j) * s tokens shorter, the document overwriting its first positions), so the last target
+    equals one-target scoring of its own full window; with ``extend`` (rows of L + (m - 1) * s) the first one
+    does. Every candidate and the no-document row of 2 windows."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    m = 4
+    row = L + (m - 1) * S if way.endswith("extend") else L
+    tok = AutoTokenizer.from_pretrained(dg_inputs["model"])
+    model = AutoModelForCausalLM.from_pretrained(dg_inputs["model"]).eval()
+    ids = tok(dg_inputs["text"].read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+    rows = sorted(multi_target[way], key=lambda r: r["id"])
+    assert [r["id"] for r in rows] == list(range(20))
+    for w in (0, 3):
+        group = rows[w * m:(w + 1) * m]
+        end = group[-1]["position"] + S
+        assert [r["position"] for r in group] == [end - (m - j) * S for j in range(m)]
+        for j, r in enumerate(group):
+            p = r["position"]
+            assert r["prefix_ids"] == ids[end - row:p] and r["target_ids"] == ids[p:p + S]
+            assert r["query"] == tok.decode(ids[p - 32:p])  # its own query, whichever list it scores
+            short = ids[end - row:p + S]  # the shortened window: (m - 1 - j) * s tokens fewer than a row
+            if j == (0 if row > L else m - 1):
+                assert len(short) == L  # exactly a one-target example's window
+            for c in list(range(r["n_candidates"])) + [None]:
+                doc = [] if c is None else tok(r["doc_texts"][c], max_length=DOC, truncation=True)["input_ids"]
+                seq = doc + short[len(doc):]
+                with torch.no_grad():
+                    logp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
+                n = len(seq)
+                ref = sum(logp[n - S - 1 + i, seq[n - S + i]].item() for i in range(S))
+                got = r["nodoc_logprob"] if c is None else r["lm_logprobs"][c]
+                assert got == pytest.approx(ref, abs=1e-4), (w, j, c)
+
+
+def test_multi_target_candidates_own_and_shared(multi_target):
+    """own: each target's list is its own retrieval (the shared build's first targets retrieved the same query);
+    shared: every target of a window scores its first target's list, BM25 scores included."""
+    m = 4
+    own = sorted(multi_target["own"], key=lambda r: r["id"])
+    shared = sorted(multi_target["shared"], key=lambda r: r["id"])
+    assert [r["position"] for r in own] == [r["position"] for r in shared]  # the same sampled windows
+    for w in range(len(own) // m):
+        first = own[w * m]
+        for j in range(m):
+            s = shared[w * m + j]
+            assert s["query"] == own[w * m + j]["query"]
+            assert (s["doc_ids"], s["bm25_scores"]) == (first["doc_ids"], first["bm25_scores"])
+        # the first target's candidates score identically both ways (the same rows of the same window)
+        assert shared[w * m]["lm_logprobs"] == pytest.approx(first["lm_logprobs"], abs=1e-5)
+    # neighbouring queries here differ in 4 of 32 tokens: their own lists differ somewhere
+    assert any(own[i]["doc_ids"] != own[i - 1]["doc_ids"] for i in range(1, len(own)) if i % m)
+
+
+def test_multi_target_settings_are_checked(dg_inputs, tmp_path):
+    """A window too short for m targets, or a count that splits a window, is one line before any work."""
+    rc, log = run_cli(build_args(dg_inputs, tmp_path / "a", "--examples", "32", "--targets.per_window", "16"))
+    assert rc == 2 and "--targets.per_window 16" in log and "doc_max_tokens" in log, log
+    rc, log = run_cli(build_args(dg_inputs, tmp_path / "b", "--targets.per_window", "3"))
+    assert rc == 2 and "multiple of --targets.per_window (3)" in log, log
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
