@@ -192,10 +192,11 @@ def run_score(layout: Layout, run: RunConfig, window: int, rank0: bool, n_total:
     n_ex = sum(len(c[1]) for c in chunks)
     precision = for_run(run.scoring.dtype, run.trainer.accelerator)
     if rank0:
-        m = build.targets.per_window
-        log(f"[score] {n_ex:,} example(s) in {len(chunks):,} step(s) of <= {len(chunks[0][1])} examples "
-            f"({m} per window of {window} tokens: <= {len(chunks[0][1]) // m * (m * build.retrieval.k + 1)} LM rows of "
-            f"{window} tokens); LM compute dtype {precision.describe(run.scoring.dtype)}")
+        m, k = build.targets.per_window, build.retrieval.k
+        per_window = (k if build.targets.candidates == "shared" else m * k) + 1
+        log(f"[score] {n_ex:,} example(s) in {len(chunks):,} step(s) of <= {len(chunks[0][1])} examples ({m} per "
+            f"window: <= {len(chunks[0][1]) // m * per_window} LM rows of {window} tokens); LM compute dtype "
+            f"{precision.describe(run.scoring.dtype)}")
     model = open_lm(build.model, run.scoring, layout.work)
     shards = sorted({s for s, _ in chunks})
     dataset = ChunkDataset(chunks, {s: str(layout.retrieved(s)) for s in shards}, str(layout.tokens), build.model,

@@ -253,7 +253,7 @@ def _data(r: Recipe) -> list[Step]:
     return [Step("data", "BM25 candidates of the training prefixes", "data_gen.build", [*argv, "--stage", "retrieve"],
                  done),
             Step("data", "the LM's scores from the scores file", "data_gen.scores_file",
-                 ["import", str(r.data.scores), str(out)], done),
+                 ["import", *r.data.scores_files, str(out)], done),
             Step("data", "the training set assembled", "data_gen.build", argv, done)]
 
 

@@ -145,14 +145,19 @@ class Data:
         config: data_gen.build's YAML (examples, k, lengths, batch sizes).
         set: More data_gen.build settings, by dotted name (e.g. {examples: 1000, retrieval.k: 4}).
         forbid: Report texts whose article titles training retrieval never returns.
-        scores: A scores file (python -m data_gen.scores_file export) of this very dataset: imported instead of
-            scoring with the LM (the retrieval runs here; the file is checked against it).
+        scores: Scores files (python -m data_gen.scores_file export) of this very dataset, whole or in parts:
+            imported instead of scoring with the LM (the retrieval runs here; the files are checked against it);
+            shards no file holds are scored.
     """
 
     config: str | None = None
     set: dict[str, object] = field(default_factory=dict)
     forbid: list[str] = field(default_factory=list)
-    scores: str | None = None
+    scores: str | list[str] | None = None
+
+    @property
+    def scores_files(self) -> list[str]:
+        return [] if not self.scores else [self.scores] if isinstance(self.scores, str) else list(self.scores)
 
 
 @dataclass(frozen=True)

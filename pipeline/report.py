@@ -111,4 +111,4 @@ def _data(r: Recipe) -> str:
         return "not built yet"
     m = json.loads(f.read_text())
     return (f"{m['examples']:,} examples, content hash {m['content_hash'][:16]}…"
-            + (f" (from {r.data.scores})" if r.data.scores else ""))
+            + (f" (from {', '.join(r.data.scores_files)})" if r.data.scores else ""))

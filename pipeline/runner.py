@@ -20,6 +20,7 @@ from typing import Iterator, TextIO
 
 import numpy as np
 
+from data_gen.scores_file import shard_hashes
 from pipeline.plan import Recipe, Step
 from pipeline.report import write_report
 from pipeline.texts import write_texts
@@ -125,13 +126,21 @@ def run(r: Recipe, steps: list[Step]) -> int:
 
 
 def _check_scores(r: Recipe) -> None:
-    """With imported scores: say whether the assembled dataset is the scores file's, byte for byte."""
+    """With imported scores: say whether the assembled dataset is the scores files' one, byte for byte (whole
+    files: the content hash; parts: each shard's sha256)."""
     manifest = r.root / "data" / "manifest.json"
     if not (r.data.scores and manifest.is_file()):
         return
-    with np.load(r.data.scores) as z:
+    m = json.loads(manifest.read_text())
+    files = r.data.scores_files
+    with np.load(files[0]) as z:
         theirs = str(z["content_hash"])
-    ours = json.loads(manifest.read_text())["content_hash"]
-    say(f"training data content hash {ours[:16]}…: " + ("the scores file's dataset, byte for byte" if ours == theirs
-        else f"the scores file's was {theirs[:16]}… (shard bytes differ with the pyarrow version; the rows were checked "
-             "against the retrieval by data_gen.build)"))
+    if len(files) == 1 and theirs:
+        same, what = m["content_hash"] == theirs, f"the scores file's was {theirs[:16]}…"
+    else:
+        recorded = shard_hashes(files)
+        same = all(recorded.get(i) == s["sha256"] for i, s in enumerate(m["shards"]) if i in recorded)
+        what = f"{sum(recorded.get(i) != s['sha256'] for i, s in enumerate(m['shards']) if i in recorded)} shard(s) differ"
+    say(f"training data content hash {m['content_hash'][:16]}…: " + ("the scores files' dataset, byte for byte" if same
+        else f"{what} (shard bytes differ with the pyarrow version; the rows were checked against the retrieval by "
+             "data_gen.build)"))

@@ -9,6 +9,7 @@ candidate), optionally ``nodoc_logprob``. The collator tokenizes with :meth:`rer
 from __future__ import annotations
 
 import glob
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -58,12 +59,23 @@ def check_shards(files: list[str], flag: str) -> None:
                              "data_gen.build, whose shards hold every candidate's log p(y | d; x)")
 
 
-def is_validation(ids: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    """Deterministic held-out split by example id: hash(seed, id) → [0, 1) < fraction.
+def is_validation(ids: np.ndarray, fraction: float, seed: int, per_window: int = 1) -> np.ndarray:
+    """Deterministic held-out split by example id: hash(seed, id // per_window) → [0, 1) < fraction.
 
-    Depends only on (id, seed), not on row order, shard layout or dataset size.
+    Depends only on (id, seed), not on row order, shard layout or dataset size. The examples of one LM window
+    (``data_gen.build --targets.per_window``: ids w*m .. w*m+m-1, one text and one candidate list) fall on one
+    side together; with one target per window the hash is of the id itself, as it always was.
     """
-    return hashed_below([int(x) for x in ids.tolist()], fraction, seed)
+    return hashed_below([int(x) // per_window for x in ids.tolist()], fraction, seed)
+
+
+def targets_per_window(data_dir: str | os.PathLike) -> int:
+    """m of the data_gen.build output in ``data_dir`` (its config.json; 1 when it records none)."""
+    config = Path(data_dir) / "config.json"
+    try:
+        return int(json.loads(config.read_text()).get("targets", {}).get("per_window", 1))
+    except (OSError, ValueError, AttributeError):
+        return 1
 
 
 class RerankCollator:
@@ -187,12 +199,16 @@ class RerankDataModule(pl.LightningDataModule):
         shuffle_seed: seed of the training order (epoch e's order depends only on it and e); ``None``
             (default): the run's ``--seed_everything`` (Lightning's ``PL_GLOBAL_SEED``; 0 if no seed was
             set), so that a training seed varies the data order as well as dropout masks and new weights.
+        examples: read only the n examples of smallest id (data_gen's ids: the first n the sampler drew, a
+            random sample of the set; the subsets of a learning curve nest); ``None``: all.
     """
 
     def __init__(self, data_dir: str, val_fraction: float = 0.02, split_seed: int = 0, batch_size: int = 32,
                  max_candidates: int | None = 16, num_workers: int = 2, val_batch_size: int | None = None,
-                 shuffle_seed: int | None = None):
+                 shuffle_seed: int | None = None, examples: int | None = None):
         super().__init__()
+        if examples is not None and examples < 1:
+            raise SettingsError(f"--data.examples {examples} must be >= 1 or null (all)")
         if not 0.0 < val_fraction < 1.0:
             raise SettingsError(f"--data.val_fraction {val_fraction} must be in (0, 1), e.g. 0.02")
         if batch_size < 1:
@@ -246,7 +262,15 @@ class RerankDataModule(pl.LightningDataModule):
         if self.train_ds is not None:
             return
         ds = self._load()
-        val = is_validation(np.asarray(ds["id"]), self.hparams.val_fraction, self.hparams.split_seed)
+        ids = np.asarray(ds["id"])
+        if self.hparams.examples is not None:
+            if self.hparams.examples > len(ids):
+                raise SettingsError(f"--data.examples {self.hparams.examples:,} exceeds the {len(ids):,} examples of "
+                                    f"{self.hparams.data_dir}; lower it, or null for all")
+            keep = ids <= np.partition(ids, self.hparams.examples - 1)[self.hparams.examples - 1]
+            ds, ids = ds.select(np.flatnonzero(keep)), ids[keep]
+        val = is_validation(ids, self.hparams.val_fraction, self.hparams.split_seed,
+                            targets_per_window(self.hparams.data_dir))
         if val.all() or not val.any():
             raise SettingsError(f"val_fraction={self.hparams.val_fraction} of {len(ds)} examples leaves an empty "
                              "train or validation split; change --data.val_fraction")

@@ -577,3 +577,29 @@ def test_multi_target_settings_are_checked(dg_inputs, tmp_path):
     rc, log = run_cli(build_args(dg_inputs, tmp_path / "b", "--targets.per_window", "3"))
     assert rc == 2 and "multiple of --targets.per_window (3)" in log, log
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_scores_file_parts_resume_a_build(built, dg_inputs, tmp_path):
+    """A build committed in parts: an unfinished build exports its finished shards (a part), ``--shards`` picks
+    a range, ``import`` takes several parts, and the build scores only the shard no part held: the same dataset."""
+    import shutil
+
+    from data_gen.scores_file import export, load_into, main, shard_hashes
+
+    running = tmp_path / "running"  # the reference build as it was before its last shard and manifest
+    shutil.copytree(built["out"], running)
+    (running / "manifest.json").unlink()
+    last = sorted(running.glob("train-*.parquet"))[-1]
+    last.unlink()
+    assert main(["export", str(running), str(tmp_path / "a.npz"), "--shards", ":1"]) == 0
+    assert "shards 1 of 3, 16 examples" in export(str(running), str(tmp_path / "b.npz"), "1:")
+    assert set(shard_hashes([str(tmp_path / "a.npz"), str(tmp_path / "b.npz")])) == {0, 1}
+    out = tmp_path / "out"
+    shutil.copytree(built["out"] / "work", out / "work", ignore=shutil.ignore_patterns("scores", "shard_hashes.json"))
+    shutil.copy(built["out"] / "config.json", out / "config.json")
+    load_into([str(tmp_path / "a.npz"), str(tmp_path / "b.npz")], str(out))
+    rc, log = run_cli(build_args(dg_inputs, out))
+    assert rc == 0, log
+    assert "[score] 8 example(s)" in log  # the last shard's, and only those
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
+    assert main(["export", str(running), str(tmp_path / "c.npz"), "--shards", "2:"]) == 2  # nothing finished there

@@ -190,6 +190,41 @@ def test_validation_split_is_deterministic_by_id():
     assert (is_validation(ids, 0.1, seed=1) != a).any()
 
 
+def test_windows_fall_on_one_side_of_the_validation_split():
+    """With m targets per window (ids w*m .. w*m+m-1) a window's examples are all train or all validation;
+    m = 1 is the split by id it always was."""
+    from reranking.data import is_validation
+
+    ids = np.arange(4000)
+    v = is_validation(ids, 0.1, seed=0, per_window=4).reshape(-1, 4)
+    assert (v == v[:, :1]).all() and 0.07 < v.mean() < 0.13
+    assert (is_validation(ids, 0.1, seed=0, per_window=1) == is_validation(ids, 0.1, seed=0)).all()
+
+
+def test_data_examples_reads_the_first_n_by_id(rerank_data_dir, tmp_path):
+    """--data.examples n: the n examples of smallest id (nested subsets for a learning curve), split as before; m
+    is read from the data's config.json; more than the data holds is refused by name."""
+    import json
+    import shutil
+
+    from reranking.data import RerankDataModule, targets_per_window
+    from ralm.settings import SettingsError
+
+    dm = RerankDataModule(str(rerank_data_dir), val_fraction=0.25, examples=20)
+    dm.setup()
+    full = RerankDataModule(str(rerank_data_dir), val_fraction=0.25)
+    full.setup()
+    first = sorted(list(full.train_ds["id"]) + list(full.val_ds["id"]))[:20]
+    assert sorted(list(dm.train_ds["id"]) + list(dm.val_ds["id"])) == first
+    assert set(dm.val_ds["id"]) == set(full.val_ds["id"]) & set(first)  # the subset's split is the whole's
+    d = tmp_path / "data"
+    shutil.copytree(rerank_data_dir, d)
+    (d / "config.json").write_text(json.dumps({"targets": {"per_window": 4}}))
+    assert targets_per_window(d) == 4 and targets_per_window(rerank_data_dir) == 1
+    with pytest.raises(SettingsError, match="--data.examples 49 exceeds the 48"):
+        RerankDataModule(str(rerank_data_dir), examples=49).setup()
+
+
 def test_collator_pads_candidates_with_mask(roberta_tok, rerank_data_dir):
     from datasets import load_dataset
 
