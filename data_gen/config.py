@@ -107,6 +107,8 @@ class BuildConfig:
         """The identity stored in config.json (s' and the stage-only flags are not part of it)."""
         d = dataclasses.asdict(self)
         d["windows"].pop("zero_shot_tokens")
+        if self.windows.bos == Windows.bos:  # the default row start: the identity of datasets built before it existed
+            d["windows"].pop("bos")
         if self.targets == Targets():  # one target per window: the identity of every dataset built before m existed
             d.pop("targets")
         return d

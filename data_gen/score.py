@@ -26,7 +26,7 @@ from ralm.cli import quiet_lightning
 from ralm.loading import load_tokenizer
 from ralm.precision import for_run
 from ralm.progress import Progress
-from ralm.scoring import DocumentEncoder, LMScorer, attach_lm, condition_on_documents
+from ralm.scoring import DocumentEncoder, LMScorer, attach_lm
 from ralm.stage import open_lm, predict
 from ralm.windows import window_ending_at
 
@@ -47,7 +47,7 @@ class ChunkDataset(Dataset):
     """
     def __init__(self, chunks: list[tuple[int, list[int]]], retrieved: dict[int, str], tokens_path: str,
                  tokenizer_name: str, window: int, stride: int, doc_max_tokens: int, failed_path: str = "",
-                 per_window: int = 1):
+                 per_window: int = 1, bos: str = "every_row"):
         self.chunks = chunks
         self.retrieved = retrieved
         self.failed_path = failed_path
@@ -55,6 +55,7 @@ class ChunkDataset(Dataset):
         self.tokenizer_name = tokenizer_name
         self.window, self.stride, self.doc_max_tokens = window, stride, doc_max_tokens
         self.per_window = per_window
+        self.bos = bos
         self._ids = None
         self._encoder = None
         self._shard = (None, None)
@@ -72,7 +73,7 @@ class ChunkDataset(Dataset):
     def __getitem__(self, i: int) -> dict:
         if self._ids is None:
             self._ids = np.load(self.tokens_path, mmap_mode="r")
-            self._encoder = DocumentEncoder(load_tokenizer(self.tokenizer_name), self.doc_max_tokens)
+            self._encoder = DocumentEncoder(load_tokenizer(self.tokenizer_name), self.doc_max_tokens, bos=self.bos)
         shard, ids = self.chunks[i]
         rows = self._rows(shard)
         m = self.per_window
@@ -98,7 +99,7 @@ class ChunkDataset(Dataset):
                 slot_targets += [j] * (len(cand) + 1)
                 counts.append(len(cand))
         labels = torch.stack(windows)  # (R, L)
-        inputs = condition_on_documents(labels, docs)  # (R, L): documents overwrite the first positions
+        inputs = self._encoder.condition(labels, docs)  # (R, L): documents (or a BOS) overwrite the first positions
         return {"shard": shard, "ids": torch.tensor(ids, dtype=torch.long),
                 "counts": torch.tensor(counts, dtype=torch.long), "inputs": inputs, "labels": labels,
                 "slot_rows": torch.tensor(slot_rows, dtype=torch.long),
@@ -201,7 +202,7 @@ def run_score(layout: Layout, run: RunConfig, window: int, rank0: bool, n_total:
     shards = sorted({s for s, _ in chunks})
     dataset = ChunkDataset(chunks, {s: str(layout.retrieved(s)) for s in shards}, str(layout.tokens), build.model,
                            window, build.windows.stride, build.windows.doc_max_tokens, str(layout.retrieve_failed),
-                           build.targets.per_window)
+                           build.targets.per_window, build.windows.bos)
     loader = DataLoader(dataset, batch_size=1, shuffle=False, collate_fn=unwrap, num_workers=run.num_workers,
                         multiprocessing_context="spawn" if run.num_workers > 0 else None,
                         persistent_workers=run.num_workers > 0)

@@ -34,6 +34,7 @@ from ralm.files import atomic_write, file_sha256
 from ralm.lock import LOCK
 from ralm.precision import for_run
 from ralm.schema import TRAINING_SCHEMA
+from ralm.scoring import DocumentEncoder
 
 from .config import BuildConfig, BuildError, RunConfig, config_diff, identity_json, log
 
@@ -325,6 +326,7 @@ def write_manifest(layout: Layout, run: RunConfig, window: int, tokenizer, n_tok
         "forbidden_titles_from": build.eval_text.describe() if build.eval_text.given else None,
         "index_fingerprint": retrieval.get("fingerprint"), "corpus_passages": retrieval.get("num_docs"),
         "n_forbidden_titles": retrieval.get("n_forbidden_titles"), "L": window,
+        "row_start": DocumentEncoder(tokenizer, bos=build.windows.bos).describe(),
         "examples_with_fewer_than_k": short,
         # how the last scoring run computed (auto resolves by the hardware: ralm.precision); each shard's
         # own dtypes are in its entry above

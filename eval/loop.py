@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 import torch
 
-from ralm.scoring import DocumentEncoder, LMScorer, condition_on_documents
+from ralm.scoring import DocumentEncoder, LMScorer
 from ralm.selectors import Selector, StrideBatch
 from ralm.settings import SettingsError
 from ralm.windows import Window
@@ -95,7 +95,7 @@ def score_chunk(ids: torch.Tensor, item: ChunkInput, scorer: LMScorer, selector:
     if item.chunk.index == 0:  # the first window: scored whole with no retrieval
         w = run[0]
         win = ids[w.begin:w.end].unsqueeze(0)
-        return _chunk_result(run, [[]], [-1], [(scorer.nll(win, win, w.length - 1)[0], False)])
+        return _chunk_result(run, [[]], [-1], [(scorer.nll(docs.condition(win, [None]), win, w.length - 1)[0], False)])
     wins = torch.stack([ids[w.begin:w.end] for w in run])  # (B, W)
     cands = [list(c[:k]) for c in item.candidates] if selector.uses_documents else [[] for _ in run]
     batch = StrideBatch(prefix_texts=item.prefix_texts, candidates=cands, stride_ids=[w.index for w in run])
@@ -120,7 +120,7 @@ def _target_nll(wins: torch.Tensor, cands: list[list["Passage"]], picks: Sequenc
         chosen_docs = iter(docs([cands[b][picks[b]].document() for b in todo if picks[b] >= 0]))
         row_doc = [next(chosen_docs) if picks[b] >= 0 else None for b in todo]
         rows = wins[todo]
-        computed = iter(scorer.nll(condition_on_documents(rows, row_doc), rows, trg))
+        computed = iter(scorer.nll(docs.condition(rows, row_doc), rows, trg))
     return [(g, True) if g is not None else (next(computed), False) for g in got]
 
 
@@ -158,7 +158,7 @@ def _choose_by_lm(wins: torch.Tensor, cands: list[list["Passage"]], batch: Strid
         encoded = iter(docs([row_passage[r].document() for r in todo if row_passage[r] is not None]))
         rows = wins[[owner[r] for r in todo]]
         row_doc = [next(encoded) if row_passage[r] is not None else None for r in todo]
-        nll[todo] = scorer.nll(condition_on_documents(rows, row_doc), rows, n_score)
+        nll[todo] = scorer.nll(docs.condition(rows, row_doc), rows, n_score)
     rank_sum = (nll[:, :rank_extra] if selector.lm_ranking == "prefix" else nll[:, rank_extra:]).sum(1)
     table = torch.full((len(cands), max(1, max(len(c) for c in cands))), float("inf"))  # (B, k_max)
     for b, c in enumerate(cands):

@@ -32,6 +32,7 @@ from ralm.lock import claim
 from ralm.precision import for_run
 from ralm.progress import Progress
 from ralm.retrieval import check_index, write_reference_json
+from ralm.scoring import DocumentEncoder
 from ralm.settings import Devices, InputError, Ranker, Retrieval, Scoring, SettingsError, Text, Windows, as_dict
 from ralm.stage import Tokens, open_lm, tokenize_text
 from ralm.text import word_count
@@ -172,7 +173,8 @@ def _write(out: Path, job: Job, tokens: Tokens, res, identity: dict, meta: dict,
 def _identity(job: Job, text: Text, tokens: Tokens, chunk_strides: int) -> dict:
     """What the results depend on (:func:`eval.results.run_identity`)."""
     return run_identity(model=job.model, reranker=job.reranker, text_source=text.describe(), body=tokens.body,
-                        windows={**asdict(job.windows), "max_length_used": tokens.max_length},
+                        windows={**asdict(job.windows), "max_length_used": tokens.max_length,
+                                 "row_start": DocumentEncoder(tokens.tokenizer, bos=job.windows.bos).describe()},
                         chunk_strides=chunk_strides, dtype=job.scoring.dtype, seed=job.seed,
                         ranker=asdict(job.ranker) if job.reranker in ("cosine", "zero-shot") else None,
                         retrieval=retrieval_identity(job.retrieval, job.retrieval_file) if job.uses_docs else None)

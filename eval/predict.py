@@ -133,7 +133,7 @@ class EvalModule(pl.LightningModule):
         super().__init__()
         attach_lm(self, lm)  # not in hparams: passed in, not rebuilt
         self.selector, self.ids, self.tokenizer = selector, ids, tokenizer
-        self.docs = DocumentEncoder(tokenizer, windows.doc_max_tokens)
+        self.docs = DocumentEncoder(tokenizer, windows.doc_max_tokens, bos=windows.bos)
         self.zero_shot_tokens, self.k, self.scoring, self.reuse = windows.zero_shot_tokens, k, scoring, reuse
         self.scorer: LMScorer | None = None
 

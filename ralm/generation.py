@@ -3,7 +3,8 @@
 placed before the context for the next ``stride`` tokens.
 
 The placement is evaluation's (:func:`ralm.scoring.condition_on_documents` on a window of
-``max_length`` tokens ending where the stride ends): the LM reads ``[document ; context]`` with the
+``max_length`` tokens ending where the stride ends; a row without a document starts as ``eval.ppl``'s do,
+with one BOS for an LM whose tokenizer adds one, ``--windows.bos``): the LM reads ``[document ; context]`` with the
 context cut from the left so that document + context + the stride fit in ``max_length``. On a context
 of at least ``max_length`` tokens this is exactly the row ``eval.ppl`` scores; on a shorter one (a short
 prompt) the document goes in front of the whole context instead of over its start. Within a stride the
@@ -117,8 +118,8 @@ def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, re
     stride, max_length = windows.stride, windows.max_length
     if not 1 <= stride < max_length:
         raise ValueError(f"stride must be in [1, max_length), got {stride}")
-    docs = DocumentEncoder(tokenizer, windows.doc_max_tokens)
-    ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
+    docs = DocumentEncoder(tokenizer, windows.doc_max_tokens, bos=windows.bos)
+    ids = [list(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]  # a row's BOS: from docs
     gens = [Generation(p, "", []) for p in prompts]
     live = list(range(len(prompts)))
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
@@ -129,7 +130,7 @@ def generate(lm, tokenizer, prompts: Sequence[str], selector, search=None, *, re
         chosen = _choose(selector, search, tokenizer, [ids[b] for b in live], retrieval, s, max_length, written)
         doc_ids = docs([c.document() for c, _, _ in chosen if c is not None])
         it = iter(doc_ids)
-        rows = [context_row(ids[b], next(it) if c is not None else None, len(ids[b]) + s, max_length)
+        rows = [context_row(ids[b], next(it) if c is not None else docs.empty, len(ids[b]) + s, max_length)
                 for b, (c, _, _) in zip(live, chosen)]
         new = _stride_ids(lm, rows, pad, s, decoding, decoding.seed * 1_000_003 + written, eos)
         for b, (c, rank, query), toks in zip(live, chosen, new):

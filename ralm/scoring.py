@@ -52,18 +52,32 @@ def context_length(model_or_config) -> int:
     raise ValueError(f"cannot tell the context length of {type(cfg).__name__}; pass max_length explicitly")
 
 
-class DocumentEncoder:
-    """Tokenizes conditioning documents the way the reference does, with a cache.
+def bos_token(tokenizer) -> int | None:
+    """The BOS id ``tokenizer`` puts before every text (Gemma, Llama: its ``add_bos_token``, or a post-processor
+    template), None where it adds none (GPT-2, SmolLM2), found by what it returns for a text."""
+    bos = tokenizer.bos_token_id
+    special = tokenizer("x")["input_ids"]
+    plain = tokenizer("x", add_special_tokens=False)["input_ids"]
+    return bos if bos is not None and special[:1] == [bos] and plain[:1] != [bos] else None
 
-    ``tokenizer.encode(doc, max_length=budget, truncation=True)``: special tokens included (none for
-    GPT-2, BOS for e.g. Llama), cut from the right. The same passages come back stride after stride,
-    so tokenizing each once matters.
+
+class DocumentEncoder:
+    """What goes before a window: a passage tokenized as the reference does, or a row's start without one.
+
+    A passage: ``tokenizer(doc, max_length=budget, truncation=True)``: special tokens included (none for
+    GPT-2, BOS for e.g. Llama), cut from the right; cached, since the same passages come back stride after
+    stride. A row without a passage starts with :attr:`empty`: ``[BOS]`` where the tokenizer adds one and
+    ``bos`` is ``every_row`` (so every row starts with exactly one BOS), else nothing (``passage``: the
+    reference, where only a passage brings one). :meth:`condition` writes both into windows.
     """
-    def __init__(self, tokenizer, max_tokens: int = Windows.doc_max_tokens, cache_size: int = 200_000):
+    def __init__(self, tokenizer, max_tokens: int = Windows.doc_max_tokens, cache_size: int = 200_000,
+                 bos: str = Windows.bos):
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self._cache: OrderedDict[str, list[int]] = OrderedDict()
         self._cache_size = cache_size
+        token = bos_token(tokenizer) if bos == "every_row" else None
+        self.empty: list[int] = [] if token is None else [token]
 
     def __call__(self, documents: Sequence[str]) -> list[list[int]]:
         missing = [d for d in dict.fromkeys(documents) if d not in self._cache]
@@ -74,6 +88,18 @@ class DocumentEncoder:
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return [self._cache[d] for d in documents]
+
+    def condition(self, windows: torch.Tensor, documents: Sequence[Sequence[int] | None]) -> torch.Tensor:
+        """:func:`condition_on_documents`, a row without a document (None or empty) starting with :attr:`empty`."""
+        return condition_on_documents(windows, [d if d else self.empty for d in documents])
+
+    def describe(self) -> str:
+        """What the results record of the row start."""
+        if self.empty:
+            return f"every row starts with BOS (token {self.empty[0]})"
+        token = bos_token(self.tokenizer)
+        return ("the tokenizer adds no BOS" if token is None
+                else f"BOS (token {token}) only through a passage (--windows.bos passage)")
 
 
 def condition_on_documents(windows: torch.Tensor, documents: Sequence[Sequence[int] | None]) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
-from ralm.scoring import DocumentEncoder, LMScorer, condition_on_documents
+from ralm.scoring import DocumentEncoder, LMScorer
 from ralm.settings import Scoring, Windows
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ class ZeroShotOtherLM(Selector):
                     docs.append(d)
                     owner.append(i)
             windows = torch.stack(rows)
-            nll = self.scorer.nll(condition_on_documents(windows, docs), windows, self.rank_tokens).sum(1)
+            nll = self.scorer.nll(self.docs.condition(windows, docs), windows, self.rank_tokens).sum(1)
             start = 0
             for i in idx:
                 k = len(batch.candidates[i])

@@ -26,6 +26,10 @@ def _positive(obj, group: str, names: tuple[str, ...]) -> list[str]:
     return [f"--{group}.{n} must be >= 1 (got {getattr(obj, n)})" for n in names if getattr(obj, n) < 1]
 
 
+#: Where an LM row's BOS comes from (:attr:`Windows.bos`).
+BOS_MODES = ("every_row", "passage")
+
+
 @dataclass(frozen=True)
 class Windows:
     """How the frozen LM reads text: strided windows whose first positions hold the document (METHOD §2).
@@ -35,15 +39,23 @@ class Windows:
         max_length: L: tokens per LM window (clipped to the model's context).
         doc_max_tokens: Document budget: a passage is cut to this many LM tokens.
         zero_shot_tokens: s': zero-shot ranking scores a candidate by the NLL of this many prefix tokens.
+        bos: For an LM whose tokenizer puts a BOS token before every text (Gemma, Llama): every_row: each LM row
+            starts with exactly one, with or without a passage (the passage's own BOS, never a second), taking one
+            of the L positions as a passage's tokens do: the text read as the LM was trained. passage: only rows
+            with a passage have one, from the passage's encoding (the reference code; for parity with its
+            published numbers). No effect where the tokenizer adds none (GPT-2, SmolLM2).
     """
 
     stride: int = 4
     max_length: int = 1024
     doc_max_tokens: int = 256
     zero_shot_tokens: int = 16
+    bos: str = "every_row"
 
     def __post_init__(self) -> None:
         p = _positive(self, "windows", ("stride", "doc_max_tokens", "zero_shot_tokens"))
+        if self.bos not in BOS_MODES:
+            p.append(f"--windows.bos must be every_row or passage (got {self.bos!r})")
         if self.max_length < 2:
             p.append(f"--windows.max_length must be >= 2 (got {self.max_length})")
         if not p:

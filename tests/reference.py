@@ -9,12 +9,13 @@ import torch
 
 @torch.no_grad()
 def strided_nll(model, tok, ids, cands, strategy: str, *, stride: int, max_length: int, doc_max: int,
-                s_prime: int = 16, seed: int = 0) -> torch.Tensor:
+                s_prime: int = 16, seed: int = 0, row_bos: int | None = None) -> torch.Tensor:
     """Per-token NLL of every scored target of ``ids`` with ``strategy``'s document per stride.
 
     ``cands[i]``: the candidate passages of stride i (index 0 = first window, never retrieves).
     Documents are encoded like the reference: ``tok.encode(doc, max_length=doc_max, truncation=True)``
-    (special tokens included) and overwrite the start of the window.
+    (special tokens included) and overwrite the start of the window. ``row_bos``: a window read without a
+    document has its first token replaced by this one (every row starting with one BOS; the reference: None).
     """
     ids = torch.tensor(ids)
     N, nlls, prev_end = len(ids), [], 0
@@ -46,7 +47,10 @@ def strided_nll(model, tok, ids, cands, strategy: str, *, stride: int, max_lengt
                 c = 0
             nlls.append(tok_nll[c, -trg:])
         else:
-            logits = model(window[None]).logits.float()
+            inp = window.clone()
+            if row_bos is not None:
+                inp[0] = row_bos
+            logits = model(inp[None]).logits.float()
             tok_nll = torch.nn.functional.cross_entropy(logits[0, :-1], window[1:], reduction="none")
             nlls.append(tok_nll[-trg:] if trg < len(window) else tok_nll)
         prev_end = end

@@ -603,3 +603,39 @@ def test_scores_file_parts_resume_a_build(built, dg_inputs, tmp_path):
     assert "[score] 8 example(s)" in log  # the last shard's, and only those
     assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
     assert main(["export", str(running), str(tmp_path / "c.npz"), "--shards", "2:"]) == 2  # nothing finished there
+
+
+def test_an_lm_whose_tokenizer_adds_bos_reads_it_in_every_row(dg_inputs, tiny_llama_dir, tmp_path):
+    """A Llama whose tokenizer adds BOS: the no-passage row starts with it as the passage rows do (once), the
+    dataset records it; ``--windows.bos passage`` (the reference) leaves it out and is part of the identity."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ralm.scoring import bos_token
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
+    bos = bos_token(tok)
+    ids = tok(dg_inputs["text"].read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+    for mode in ("every_row", "passage"):
+        out = tmp_path / mode
+        args = build_args({**dg_inputs, "model": tiny_llama_dir}, out, "--examples", "8", "--shard_size", "8")
+        rc, log = run_cli(args + (["--windows.bos", "passage"] if mode == "passage" else []))
+        assert rc == 0, log
+        config = json.loads((out / "config.json").read_text())
+        assert ("bos" in config["windows"]) == (mode == "passage")
+        assert ("every row starts with BOS" in json.loads((out / "manifest.json").read_text())["row_start"]) == (
+            mode == "every_row")
+        for r in load_rows(out)[:2]:
+            p = r["position"]
+            window = ids[p + S - L:p + S]
+            for c in (0, None):
+                doc = (tok(r["doc_texts"][c], max_length=DOC, truncation=True)["input_ids"] if c is not None
+                       else [bos] if mode == "every_row" else [])
+                assert doc[:1] == ([bos] if c is not None or mode == "every_row" else [])  # one BOS, never two
+                seq = doc + window[len(doc):]
+                with torch.no_grad():
+                    logp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
+                ref = sum(logp[L - S - 1 + i, seq[L - S + i]].item() for i in range(S))
+                got = r["nodoc_logprob"] if c is None else r["lm_logprobs"][c]
+                assert got == pytest.approx(ref, abs=1e-4), (mode, c)

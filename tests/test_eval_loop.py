@@ -43,21 +43,26 @@ def setup(lm, wiki_text):
     return ids, cands
 
 
-def reference_nll(model, tok, ids, cands, strategy, seed=0):
+def reference_nll(model, tok, ids, cands, strategy, seed=0, row_bos=None):
     return strided_nll(model, tok, ids, cands, strategy, stride=STRIDE, max_length=L, doc_max=DOC_MAX,
-                       s_prime=S_PRIME, seed=seed)
+                       s_prime=S_PRIME, seed=seed, row_bos=row_bos)
 
 
+@pytest.mark.parametrize("bos", ["every_row", "passage"])
 @pytest.mark.parametrize("strategy", ["none", "bm25", "random", "zero-shot", "oracle"])
-def test_batched_loop_matches_plain_reference(lm, setup, strategy):
+def test_batched_loop_matches_plain_reference(lm, setup, strategy, bos):
+    """``--windows.bos passage`` is the reference exactly; ``every_row`` (the default) differs from it only where
+    the tokenizer adds a BOS (the Llama here), whose windows read without a passage then start with it."""
+    from ralm.scoring import bos_token
+
     model, tok = lm
     ids, cands = setup
-    expected = reference_nll(model, tok, ids, cands, strategy)
+    expected = reference_nll(model, tok, ids, cands, strategy, row_bos=bos_token(tok) if bos == "every_row" else None)
     selector = RandomCandidate(seed=0) if strategy == "random" else BUILTIN[strategy]()
-    for batch_size in (1, 3, 16):
+    for batch_size in (1, 3, 16) if bos == "every_row" else (3,):
         res = run_loop(ids, tok, model, selector, lambda run: [cands[w.index] for w in run],
-                       windows=WINDOWS, scoring=Scoring(batch_size=batch_size, dtype="float32"), k=16,
-                       strides_per_chunk=5)
+                       windows=Windows(**{**WINDOWS.__dict__, "bos": bos}),
+                       scoring=Scoring(batch_size=batch_size, dtype="float32"), k=16, strides_per_chunk=5)
         assert res.token_nll.size == len(ids) - 1
         np.testing.assert_allclose(res.token_nll, expected.numpy(), rtol=1e-5, atol=1e-5)
         assert res.nll_sum == pytest.approx(float(expected.sum()), rel=1e-5)
@@ -106,3 +111,25 @@ def test_a_training_example_is_an_evaluation_window():
     assert window_ending_at(8, 4, 12).begin == 0
     with pytest.raises(ValueError, match="no room"):
         window_ending_at(7, 4, 12)
+
+
+def test_row_start_is_one_bos_where_the_tokenizer_adds_one(tiny_gpt2_dir, tiny_llama_dir):
+    """GPT-2's tokenizer adds no BOS: rows without a passage start with nothing, in both modes. The Llama's adds
+    one: with every_row such a row starts with it, a passage keeps its own (never a second); passage mode adds
+    none (the reference)."""
+    import torch
+
+    from ralm.scoring import DocumentEncoder, bos_token
+
+    gpt2, llama = AutoTokenizer.from_pretrained(tiny_gpt2_dir), AutoTokenizer.from_pretrained(tiny_llama_dir)
+    assert bos_token(gpt2) is None and DocumentEncoder(gpt2).empty == []
+    bos = bos_token(llama)
+    assert bos == llama.bos_token_id
+    docs = DocumentEncoder(llama, max_tokens=8)
+    assert docs.empty == [bos] and DocumentEncoder(llama, bos="passage").empty == []
+    win = torch.arange(100, 116).repeat(2, 1)
+    doc = docs(["a passage about something"])[0]
+    rows = docs.condition(win, [None, doc])
+    assert rows[0, 0] == bos and rows[0, 1:].tolist() == win[0, 1:].tolist()
+    assert rows[1, :len(doc)].tolist() == doc and (rows[1] == bos).sum() == 1
+    assert "BOS" in docs.describe() and "no BOS" in DocumentEncoder(gpt2).describe()

@@ -10,9 +10,11 @@ PROMPTS = [" = Tenmidu River = \n \n It brigu a brine album tenmidu first", "Bri
            " The village of gufa brika"]  # words of the test corpus (ralm.tiny's pseudo-English)
 
 
-def plain_generation(lm, tok, prompt, search, k, stride, query_tokens, max_length, doc_max_tokens, n_new):
-    """Greedy, BM25's first passage every ``stride`` tokens, placed as evaluation places it."""
-    ids = list(tok(prompt)["input_ids"])
+def plain_generation(lm, tok, prompt, search, k, stride, query_tokens, max_length, doc_max_tokens, n_new,
+                     row_bos=None):
+    """Greedy, BM25's first passage every ``stride`` tokens, placed as evaluation places it (a row without one
+    starting with ``row_bos`` where given)."""
+    ids = list(tok(prompt, add_special_tokens=False)["input_ids"])
     new, docids = [], []
     while len(new) < n_new:
         t0 = len(ids)
@@ -21,7 +23,8 @@ def plain_generation(lm, tok, prompt, search, k, stride, query_tokens, max_lengt
         query = tok.decode(ids[max(0, t0 - query_tokens):t0])
         hits = search.search([query], k)[0]
         docids.append(hits[0].docid if hits else None)  # a query of unknown words finds nothing
-        doc = tok(hits[0].document(), max_length=doc_max_tokens, truncation=True)["input_ids"] if hits else []
+        doc = (tok(hits[0].document(), max_length=doc_max_tokens, truncation=True)["input_ids"] if hits
+               else [row_bos] if row_bos is not None else [])
         begin = max(0, end - (max_length - len(doc)))  # evaluation: doc + the window's last L - |doc| tokens
         for _ in range(s):
             with torch.no_grad():
@@ -41,27 +44,40 @@ def search(bm25_corpus):
 
 
 @pytest.mark.parametrize("max_length", [48, 1024])  # contexts longer than the window, and shorter
-def test_greedy_bm25_generation_equals_the_plain_transcription(tiny_gpt2_dir, search, max_length):
+@pytest.mark.parametrize("model", ["gpt2", "llama-bos"])  # a tokenizer without BOS, and one that adds it
+def test_greedy_bm25_generation_equals_the_plain_transcription(tiny_gpt2_dir, tiny_llama_dir, search, max_length,
+                                                               model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ralm.generation import Decoding, generate
-    from ralm.selectors import BM25First
+    from ralm.scoring import bos_token
+    from ralm.selectors import BM25First, NoRetrieval
     from ralm.settings import Retrieval, Windows
 
-    lm = AutoModelForCausalLM.from_pretrained(tiny_gpt2_dir).eval()
-    tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
+    d = tiny_gpt2_dir if model == "gpt2" else tiny_llama_dir
+    lm = AutoModelForCausalLM.from_pretrained(d).eval()
+    tok = AutoTokenizer.from_pretrained(d)
     settings = dict(k=4, stride=5, query_tokens=8, max_length=max_length, doc_max_tokens=16)
     core = dict(retrieval=Retrieval(k=4, query_tokens=8), windows=Windows(stride=5, max_length=max_length,
                 doc_max_tokens=16), decoding=Decoding(max_new_tokens=13))
     gens = generate(lm, tok, PROMPTS, BM25First(), search, **core)
     for prompt, g in zip(PROMPTS, gens):
-        want, docids = plain_generation(lm, tok, prompt, search, n_new=13, **settings)
+        want, docids = plain_generation(lm, tok, prompt, search, n_new=13, row_bos=bos_token(tok), **settings)
         assert g.token_ids == want, prompt
         assert [r["docid"] for r in g.retrievals] == docids and [r["token"] for r in g.retrievals] == [0, 5, 10]
         assert [r["rank"] for r in g.retrievals] == [0 if d else None for d in docids] and g.text == tok.decode(want)
         assert any(docids), "no query found a passage: the test would not exercise the placement"
     alone = generate(lm, tok, PROMPTS[1:2], BM25First(), search, **core)[0]
     assert alone.token_ids == gens[1].token_ids  # left padding in a batch changes nothing
+    if bos_token(tok) is not None:  # no passage: the row starts with the LM's BOS, as evaluation's rows do
+        class Nothing:  # a retriever that finds nothing, so the transcription places no passage
+            @staticmethod
+            def search(queries, k):
+                return [[] for _ in queries]
+
+        none = generate(lm, tok, PROMPTS[:1], NoRetrieval(), None, **core)[0]
+        want, _ = plain_generation(lm, tok, PROMPTS[0], Nothing(), n_new=13, row_bos=bos_token(tok), **settings)
+        assert none.token_ids == want
 
 
 def test_context_row_is_the_evaluation_row():
