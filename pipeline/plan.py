@@ -71,7 +71,7 @@ class Recipe:
     def __post_init__(self) -> None:
         # configs/... and demo/assets/... name the installed copy's files where no source tree is at hand
         object.__setattr__(self, "lm", locate(self.lm))
-        object.__setattr__(self, "data", replace(self.data, config=locate(self.data.config)))
+        object.__setattr__(self, "data", replace(self.data, config=[locate(c) for c in self.data.configs] or None))
         object.__setattr__(self, "eval", replace(self.eval, config=locate(self.eval.config)))
         object.__setattr__(self, "fits", [replace(f, configs=[locate(c) for c in f.configs]) for f in self.fits])
         names = [f.name for f in self.fits]
@@ -86,7 +86,7 @@ class Recipe:
             bad = [t for t in got if t not in texts or t == "train"]
             if bad:
                 raise SettingsError(f"{what} {bad}: not a report text or dev (texts: {', '.join(texts)})")
-        for what, path in (("data.config", self.data.config), ("eval.config", self.eval.config),
+        for what, path in (*(("data.config", c) for c in self.data.configs or [None]), ("eval.config", self.eval.config),
                            *((f"fits.{f.name}.configs", c) for f in self.fits for c in f.configs)):
             if not path or not Path(path).is_file():
                 raise SettingsError(f"{what}: {path!r} is not a file")
@@ -241,7 +241,7 @@ def _index(r: Recipe) -> list[Step]:
 def _data(r: Recipe) -> list[Step]:
     out = r.root / "data"
     forbid = r.data.forbid
-    argv = ["--config", str(r.data.config), *r.text_flags("train"),
+    argv = [*(x for c in r.data.configs for x in ("--config", str(c))), *r.text_flags("train"),
             *(r.text_flags(forbid[0], "--eval_text") if len(forbid) == 1 else
               ["--eval_text.file", str(r.root / "texts" / "forbidden.txt")] if forbid else []),
             *(["--retrieval.forbid_eval_titles", "true"] if forbid else []),

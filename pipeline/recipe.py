@@ -142,7 +142,8 @@ class Data:
     """The LM-supervised training set (``python -m data_gen.build``).
 
     Args:
-        config: data_gen.build's YAML (examples, k, lengths, batch sizes).
+        config: data_gen.build's YAML (examples, k, lengths, batch sizes), or a list stacked in order (a base, then
+            only what differs).
         set: More data_gen.build settings, by dotted name (e.g. {examples: 1000, retrieval.k: 4}).
         forbid: Report texts whose article titles training retrieval never returns.
         scores: Scores files (python -m data_gen.scores_file export) of this very dataset, whole or in parts:
@@ -150,10 +151,14 @@ class Data:
             shards no file holds are scored.
     """
 
-    config: str | None = None
+    config: str | list[str] | None = None
     set: dict[str, object] = field(default_factory=dict)
     forbid: list[str] = field(default_factory=list)
     scores: str | list[str] | None = None
+
+    @property
+    def configs(self) -> list[str]:
+        return [] if not self.config else [self.config] if isinstance(self.config, str) else list(self.config)
 
     @property
     def scores_files(self) -> list[str]:

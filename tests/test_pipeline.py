@@ -255,3 +255,14 @@ def test_the_readmes_walkthrough_recipe_plans(tmp_path, capsys):
     plan = capsys.readouterr().out
     assert [line for line in plan.splitlines() if line.startswith("# ")] == [
         "# index", "# data", "# fit", "# eval", "# report"]
+
+
+def test_data_configs_stack_and_scores_come_in_parts(capsys):
+    """data.config may be a list (a base, then what differs: build.yaml + build-multi.yaml) and data.scores
+    several files (a build committed in parts): the plan passes each, in order."""
+    base = str(ROOT / "configs" / "recipes" / "wikitext2-smollm2.yaml")
+    configs = "[configs/wikitext2/build.yaml, configs/wikitext2/build-multi.yaml]"
+    assert _pipeline("--config", base, "--data.config", configs, "--data.scores", "[a.npz, b.npz]", "--print_plan") == 0
+    plan = capsys.readouterr().out
+    assert "data_gen.build --config configs/wikitext2/build.yaml --config configs/wikitext2/build-multi.yaml" in plan
+    assert "data_gen.scores_file import a.npz b.npz" in plan
