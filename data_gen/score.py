@@ -3,7 +3,8 @@
 A scoring step takes a *chunk* of examples of one shard and scores all their rows in one
 :class:`ralm.scoring.LMScorer` call: for each example its ``n_candidates`` document rows (the
 document's tokens overwrite the window's first positions, METHOD §2.4) and one row without a
-document. :class:`ScoreWriter` (a ``BasePredictionWriter``) writes each step's results to
+document; with m targets per window (``--targets.per_window``), the rows of each window, whose m
+examples each read their target's log-probabilities from them. :class:`ScoreWriter` (a ``BasePredictionWriter``) writes each step's results to
 ``work/scores/shard-NNNNN/ids-FIRSTID.npz`` keyed by the example ids carried *in the batch*, so the
 same command works on 1 device, N devices (DDP) or several nodes: each rank writes the chunks it
 was given, whatever order or padding its sampler used. A chunk file is written atomically; on

@@ -72,6 +72,11 @@ def mean_of_seeds(ppls: list[float]) -> float:
     return math.exp(np.mean([math.log(x) for x in ppls]))
 
 
+def gap_closed(baseline: float, oracle: float, ppl: float) -> float | None:
+    """The share of the baseline-to-oracle distance in word perplexity that ``ppl`` covers (None: no distance)."""
+    return (baseline - ppl) / (baseline - oracle) if baseline != oracle else None
+
+
 def seed_groups(runs: list[dict]) -> dict[str, list[dict]]:
     """Runs of one reranker trained with several seeds: directories named ``NAME-seedN``, by NAME (two or more)."""
     groups: dict[str, list[dict]] = {}
@@ -115,8 +120,8 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
             cells += [bs.cell(), p_cell(bs.p_not_better if bs.change < 0 else 1 - bs.p_not_better),
                       f"{better} / {worse}", p_cell(p)]
         if gap:  # the share of the baseline-to-oracle distance in word perplexity this row covers
-            b, o = base["results"]["ppl_word"], oracle["results"]["ppl_word"]
-            cells.append("-" if group == [base] else f"{100 * (b - word) / (b - o):.0f}%" if b != o else "n/a")
+            share = gap_closed(base["results"]["ppl_word"], oracle["results"]["ppl_word"], word)
+            cells.append("-" if group == [base] else f"{100 * share:.0f}%" if share is not None else "n/a")
         first = [(r["rank"][r["rank"] >= 0] == 0).mean() for r in group if (r["rank"] >= 0).any()]
         cells.append(f"{100 * np.mean(first):.0f}%" if first else "-")
         costs = [x["seconds_per_1000_strides"] for x in res if x.get("seconds_per_1000_strides") is not None]

@@ -3,7 +3,8 @@ where every artifact is.
 
 The tables are ``eval.compare``'s ``comparison.md`` files pasted whole (paired article-bootstrap intervals, sign
 tests, the gap to the oracle closed, cost per 1,000 strides); this module adds a plot of perplexity against
-cost per reranker and the paths. Nothing here computes a statistic of its own.
+cost per reranker, the learning curve where the fits read different amounts of data (:mod:`pipeline.curve`), and
+the paths. Nothing here computes a statistic of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import matplotlib
 
+from pipeline import curve
 from pipeline.plan import Recipe
 from ralm.files import atomic_write
 
@@ -80,6 +82,10 @@ def write_report(r: Recipe) -> Path:
         tdir = root / text
         tdir.mkdir(parents=True, exist_ok=True)
         lines += [f"## {text}", ""]
+        points = curve.table(r, text)
+        if points:
+            atomic_write(tdir / "curve.png", lambda t: curve.plot(r, text, Path(t)))
+            lines += ["### the learning curve", "", *points, f"![{text}: the learning curve]({text}/curve.png)", ""]
         for base in r.baselines(text) or ["bm25"]:
             table = tdir / f"vs-{base}" / "comparison.md"
             lines += [f"### against {base}", "", table.read_text().rstrip() if table.is_file() else

@@ -266,3 +266,32 @@ def test_data_configs_stack_and_scores_come_in_parts(capsys):
     plan = capsys.readouterr().out
     assert "data_gen.build --config configs/wikitext2/build.yaml --config configs/wikitext2/build-multi.yaml" in plan
     assert "data_gen.scores_file import a.npz b.npz" in plan
+
+
+def test_the_learning_curve_table_and_plot(tmp_path):
+    """A recipe whose fits read nested subsets (wikitext2-smollm2-curve.yaml): the report's curve gives each size's
+    seeds, their geometric mean, the change against bm25 and the gap closed, from the rows' results.json."""
+    from pipeline import curve
+    from pipeline.__main__ import pipeline
+    from pipeline.plan import Recipe
+    from ralm.cli import parse
+
+    kw = parse(pipeline, ["--config", str(ROOT / "configs" / "recipes" / "wikitext2-smollm2.yaml"), "--config",
+                          str(ROOT / "configs" / "recipes" / "wikitext2-smollm2-curve.yaml"), "--out", str(tmp_path)], "p")
+    r = Recipe(**{k: v for k, v in kw.items() if k not in ("stage", "until", "print_plan")})
+    assert curve.points(r, "report") == []  # nothing evaluated yet: no curve
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "manifest.json").write_text(json.dumps({"examples": 25000}))
+    ppl = {"bm25": 57.0, "oracle": 47.0, "zero-shot": 56.5, "n3125-untrained": 56.4, "n3125-seed0": 56.6,
+           "n3125-seed1": 56.2, "n6250-seed0": 56.0, "n6250-seed1": 56.0, "n25000-seed0": 55.0}
+    for row, p in ppl.items():
+        (tmp_path / "ppl" / "report" / row).mkdir(parents=True)
+        (tmp_path / "ppl" / "report" / row / "results.json").write_text(json.dumps({"ppl_word": p}))
+    assert [(n, name, ppls) for n, name, ppls in curve.points(r, "report")] == [
+        (3125, "n3125", [56.6, 56.2]), (6250, "n6250", [56.0, 56.0]), (25000, "n25000", [55.0])]  # 12,500: not run
+    lines = curve.table(r, "report")
+    mean = (56.6 * 56.2) ** 0.5
+    assert f"| 3,125 | n3125 | 56.600, 56.200 | {mean:.3f} | {100 * (mean / 57 - 1):+.1f}% | " \
+           f"{100 * (57 - mean) / 10:.0f}% |" in lines
+    assert "| 25,000 | n25000 | 55.000 | 55.000 | -3.5% | 20% |" in lines
+    assert curve.plot(r, "report", tmp_path / "curve.png") and (tmp_path / "curve.png").stat().st_size > 1000
