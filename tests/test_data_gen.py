@@ -639,3 +639,27 @@ def test_an_lm_whose_tokenizer_adds_bos_reads_it_in_every_row(dg_inputs, tiny_ll
                 ref = sum(logp[L - S - 1 + i, seq[L - S + i]].item() for i in range(S))
                 got = r["nodoc_logprob"] if c is None else r["lm_logprobs"][c]
                 assert got == pytest.approx(ref, abs=1e-4), (mode, c)
+
+
+def test_a_multi_target_build_resumes_from_a_part(dg_inputs, tmp_path):
+    """m = 4: a build given the scores of its first shard (a committed part) scores only the rest, in whole windows,
+    and ends as the unbroken build did (content hash)."""
+    import shutil
+
+    from data_gen.scores_file import export, load_into
+
+    flags = ("--examples", "16", "--shard_size", "8", "--targets.per_window", "4", "--targets.candidates", "shared",
+             "--batch_examples", "6")  # 6 examples a step: one window of 4
+    whole = tmp_path / "whole"
+    rc, log = run_cli(build_args(dg_inputs, whole, *flags, "--keep_work", "true"))
+    assert rc == 0, log
+    export(str(whole), str(tmp_path / "part.npz"), "0:1")
+    out = tmp_path / "out"
+    shutil.copytree(whole / "work", out / "work", ignore=shutil.ignore_patterns("scores", "shard_hashes.json"))
+    shutil.copy(whole / "config.json", out / "config.json")
+    load_into(str(tmp_path / "part.npz"), str(out))
+    rc, log = run_cli(build_args(dg_inputs, out, *flags))
+    assert rc == 0, log
+    assert "[score] 8 example(s) in 2 step(s) of <= 4 examples" in log
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == \
+        json.loads((whole / "manifest.json").read_text())["content_hash"]
