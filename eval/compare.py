@@ -62,9 +62,9 @@ def same_input(group: list[dict], base: dict) -> np.ndarray | None:
 
 
 def _label(run: dict) -> str:
-    """A built-in reranker by its name; a trained one (a path) by the run directory, which the user named."""
-    name = run["results"]["reranker"]
-    return Path(run["dir"]).name if "/" in name or len(name) > 24 else name
+    """A run by its directory, which the user (or the pipeline: the row's name) named: a built-in reranker's run
+    is usually named for it, and two runs of one reranker (other settings) stay apart."""
+    return Path(run["dir"]).name
 
 
 def mean_of_seeds(ppls: list[float]) -> float:
@@ -89,7 +89,8 @@ def seed_groups(runs: list[dict]) -> dict[str, list[dict]]:
 
 def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS) -> str:
     """The comparison table; the baseline is the run whose reranker (or directory name) is ``baseline``."""
-    by = {r["results"]["reranker"]: r for r in runs} | {Path(r["dir"]).name: r for r in runs}
+    # a reranker's name means its first run given; a directory's name, that run
+    by = {r["results"]["reranker"]: r for r in reversed(runs)} | {Path(r["dir"]).name: r for r in runs}
     none = by.get("none")
     base = by.get(baseline)
     unit, unit_name = units_of(len(runs[0]["nll"]), runs[0]["article"], blocks)
