@@ -67,7 +67,8 @@ def export(data: str, out: str, shards: str | None = None) -> str:
         arrays[f"shard{i}_sha256"] = np.array(file_sha256(d / names[i]))
     np.savez_compressed(out, **arrays)
     n_ex = sum(len(arrays[f"shard{i}_ids"]) for i in chosen)
-    whole = "every shard" if len(chosen) == n_shards else f"shards {_spans(chosen)} of {n_shards}"
+    whole = ("every shard" if len(chosen) == n_shards
+             else f"shard{'s' if len(chosen) > 1 else ''} {_spans(chosen)} of {n_shards}")
     return f"{whole}, {n_ex:,} examples -> {out}"
 
 

@@ -592,7 +592,7 @@ def test_scores_file_parts_resume_a_build(built, dg_inputs, tmp_path):
     last = sorted(running.glob("train-*.parquet"))[-1]
     last.unlink()
     assert main(["export", str(running), str(tmp_path / "a.npz"), "--shards", ":1"]) == 0
-    assert "shards 1 of 3, 16 examples" in export(str(running), str(tmp_path / "b.npz"), "1:")
+    assert "shard 1 of 3, 16 examples" in export(str(running), str(tmp_path / "b.npz"), "1:")
     assert set(shard_hashes([str(tmp_path / "a.npz"), str(tmp_path / "b.npz")])) == {0, 1}
     out = tmp_path / "out"
     shutil.copytree(built["out"] / "work", out / "work", ignore=shutil.ignore_patterns("scores", "shard_hashes.json"))
