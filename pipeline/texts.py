@@ -10,6 +10,7 @@ written with other contents is refused: the data and runs made from it would no 
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -111,6 +112,27 @@ def excluded(r: Recipe) -> set[str]:
     return names
 
 
+#: What a document's title is, by corpus format (what corpus.exclude names).
+TITLES = ("a WikiText-layout text: its ` = Title = ` heading; a folder of .txt files: each file's name without .txt; "
+          "JSONL, BEIR, parquet or a saved dataset: each record's title field (and its id)")
+
+
+def check_exclusions(drop: set[str], names: list[str | None], fmt: str) -> None:
+    """Every excluded name must be some document's title or id: one that matches nothing would leave the document
+    meant to go (a held-out text's duplicate: a leak) in the corpus without a word."""
+    known = {n for n in names if n}
+    missing = sorted(drop - known)
+    if not missing:
+        return
+
+    def near(m: str) -> list[str]:
+        return list(dict.fromkeys([n for n in sorted(known) if m.lower() in n.lower()][:3]
+                                  + difflib.get_close_matches(m, known, n=3, cutoff=0.6)))[:3]
+    said = "; ".join(f"{m!r} (near: {', '.join(map(repr, near(m))) or 'nothing'})" for m in missing[:5])
+    raise InputError(f"corpus.exclude: {len(missing)} name(s) match no document of the corpus ({fmt}): {said}"
+                     f"{' ...' if len(missing) > 5 else ''}. A title is {TITLES}; give titles or ids exactly")
+
+
 def _corpus_text(r: Recipe) -> str:
     """The user's corpus as WikiText-layout articles, its excluded documents left out (to be cut into passages)."""
     fmt = resolve_format(r.corpus.file, r.corpus.format, "corpus.file")
@@ -126,8 +148,12 @@ def _excluded_corpus(r: Recipe, passages: bool) -> str:
     fmt = resolve_format(r.corpus.file, r.corpus.format, "corpus.file")
     if fmt == "text":
         text = read_text_file(r.corpus.file, "corpus.file")
-        return "".join(p for p, t in zip(*split_articles(text)) if not (t and t in drop))
-    docs = [d for d in read_documents(r.corpus.file, fmt, "corpus.file") if d.id not in drop and d.title not in drop]
+        pieces, titles = split_articles(text)
+        check_exclusions(drop, titles, fmt)
+        return "".join(p for p, t in zip(pieces, titles) if not (t and t in drop))
+    docs = list(read_documents(r.corpus.file, fmt, "corpus.file"))
+    check_exclusions(drop, [x for d in docs for x in (d.id, d.title)], fmt)
+    docs = [d for d in docs if d.id not in drop and d.title not in drop]
     if passages:
         return "".join(json.dumps({"id": d.id, "contents": d.contents}, ensure_ascii=False) + "\n" for d in docs)
     return as_wikitext(Document(d.id, d.title, d.text) for d in docs)

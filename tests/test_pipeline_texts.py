@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ralm.articles import article_halves, hashed_below, split_articles
-from ralm.settings import Text
+from ralm.settings import InputError, Text
 
 
 def _recipe(tmp_path, texts: dict, corpus: dict | None = None, split: dict | None = None, **more):
@@ -98,11 +98,13 @@ def test_excluded_documents_leave_the_corpus(tmp_path):
     titles = [t for _, t in _articles(text.read_text())]
     recs = tmp_path / "passages.jsonl"
     recs.write_text("".join(json.dumps({"id": f"p{i}", "contents": f"T{i}\nsome text {i}"}) + "\n" for i in range(4)))
-    (tmp_path / "drop.txt").write_text("p1\n\n" + titles[0] + "\n")
-    for corpus, name in ((text, "corpus.txt"), (recs, "corpus.jsonl")):
+    (tmp_path / "drop.txt").write_text("p1\n\n")
+    (tmp_path / "drop-text.txt").write_text(titles[0] + "\n")
+    for corpus, name, exclude, drop in ((text, "corpus.txt", [titles[0]], "drop-text.txt"),
+                                        (recs, "corpus.jsonl", ["T3"], "drop.txt")):
         out = tmp_path / name
         r = _recipe(out, {"train": {"file": str(text)}, "report": {"x": {"file": str(text)}}},
-                    corpus={"file": str(corpus), "exclude": ["T3"], "exclude_file": str(tmp_path / "drop.txt")})
+                    corpus={"file": str(corpus), "exclude": exclude, "exclude_file": str(tmp_path / drop)})
         assert r.corpus_file() == out / "out" / "texts" / name
         write_texts(r)
         got = r.corpus_file().read_text()
@@ -110,6 +112,25 @@ def test_excluded_documents_leave_the_corpus(tmp_path):
             assert [t for _, t in _articles(got)] == titles[1:]
         else:
             assert [json.loads(line)["id"] for line in got.splitlines()] == ["p0", "p2"]
+
+
+def test_an_exclusion_that_matches_nothing_is_refused_with_near_matches(tmp_path):
+    """A name that is no document's title or id (a file stem misremembered: `tempest` for `tempest_gut`) would
+    leave the document in the corpus, a leak: it is one error naming it, the near titles and what a title is."""
+    from pipeline.texts import write_texts
+
+    folder = tmp_path / "plays"
+    folder.mkdir()
+    for stem in ("tempest_gut", "hamlet_gut", "macbeth"):
+        (folder / f"{stem}.txt").write_text(f"The text of {stem}.\n\nA second paragraph.\n")
+    text = tmp_path / "t.txt"
+    text.write_text(" = A = \n \n a b c . \n")
+    r = _recipe(tmp_path / "x", {"train": {"file": str(text)}, "report": {"x": {"file": str(text)}}},
+                corpus={"file": str(folder), "exclude": ["tempest", "macbeth"]})
+    with pytest.raises(InputError, match=r"1 name\(s\) match no document .*'tempest' \(near: 'tempest_gut'\).*"
+                                         r"file's name without .txt"):
+        write_texts(r)
+    assert not (tmp_path / "x" / "out" / "texts" / "corpus.txt").exists()
 
 
 def test_the_wikitext2_recipes_split_writes_the_committed_datas_texts(tmp_path, shared_dir):
