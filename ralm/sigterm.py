@@ -1,24 +1,50 @@
-"""A Lightning prediction run that stops on SIGTERM, as ``kill PID`` and schedulers' time limits expect."""
+"""A Lightning prediction run that stops on SIGTERM or Ctrl-C at the next batch, as ``kill PID``, schedulers'
+time limits and a user at the terminal expect."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 
 import lightning.pytorch as pl
 
 
 class StopOnSigterm(pl.Callback):
-    """Ends a prediction run at the batch after a SIGTERM (exit status 143).
+    """Ends a prediction run at the batch after a SIGTERM (exit status 143) or a Ctrl-C (SIGINT: 130).
 
-    Lightning's prediction loop only notes the signal ("Bypassing SIGTERM") and runs on to the end, so a
-    scoring job (``data_gen.build``, ``eval.ppl``) ignored ``kill`` for as long as it had work. The writer
-    (the callback before this one) has put the batch on disk; the same command continues from there."""
+    Lightning's prediction loop only notes a SIGTERM ("Bypassing SIGTERM") and runs on to the end, so a scoring job
+    (``data_gen.build``, ``eval.ppl``) ignored ``kill`` for as long as it had work; a Ctrl-C raised inside a batch,
+    and Lightning turned it into exit status 1 with no word. Here both end the run once the batch is on disk (the
+    writer is the callback before this one), with one line; the same command continues from there. A second
+    Ctrl-C interrupts at once."""
 
     def __init__(self, name: str):
         self.name = name
+        self.interrupted = False
+
+    @contextlib.contextmanager
+    def catching_ctrl_c(self):
+        """During the run, the first SIGINT only marks the run as interrupted (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_sigint(signum, frame):
+            if self.interrupted:
+                raise KeyboardInterrupt
+            self.interrupted = True
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def on_predict_batch_end(self, trainer, *args, **kwargs) -> None:
-        if trainer.received_sigterm:
-            print(f"[{self.name}] stopped by SIGTERM; what is on disk is kept: rerun the same command to continue",
+        if trainer.received_sigterm or self.interrupted:
+            why, status = ("SIGTERM", 128 + 15) if trainer.received_sigterm else ("Ctrl-C (SIGINT)", 130)
+            print(f"[{self.name}] stopped by {why}; what is on disk is kept: rerun the same command to continue",
                   file=sys.stderr, flush=True)
-            raise SystemExit(128 + 15)
+            raise SystemExit(status)

@@ -63,12 +63,14 @@ def predict(module, data, writer, devices: Devices, scoring: Scoring, name: str)
     ``NAME.done``. Only global rank 0 keeps the writer's progress bar.
 
     Returns ``(is_global_zero, seconds, world_size)``."""
+    stop = StopOnSigterm(name)
     trainer = pl.Trainer(**devices.kwargs(one_process=scoring.device_map is not None), logger=False,
                          enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
-                         callbacks=[writer, StopOnSigterm(name)], inference_mode=True)
+                         callbacks=[writer, stop], inference_mode=True)
     if not trainer.is_global_zero:
         writer.progress = None
     t0 = time.perf_counter()
-    trainer.predict(module, dataloaders=data, return_predictions=False)
+    with stop.catching_ctrl_c():
+        trainer.predict(module, dataloaders=data, return_predictions=False)
     trainer.strategy.barrier(f"{name}.done")  # every rank's files are on disk
     return trainer.is_global_zero, time.perf_counter() - t0, trainer.world_size

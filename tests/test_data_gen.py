@@ -181,16 +181,22 @@ def test_kill_and_resume_gives_same_hash(built, dg_inputs, tmp_path):
     assert not glob.glob(str(out / ".*.tmp"))
 
 
-def test_sigterm_stops_the_build_and_the_same_command_continues(built, dg_inputs, tmp_path):
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_sigterm_stops_the_build_and_the_same_command_continues(built, dg_inputs, tmp_path, sig):
     """``kill PID`` (SIGTERM to the build alone, as a user or a scheduler sends it) ends the build at the
     next batch with status 143 instead of being swallowed by Lightning's prediction loop (which notes
-    it and runs on to the end); the rerun finishes with the reference hash."""
+    it and runs on to the end); Ctrl-C (SIGINT to the process group, as a terminal sends it) likewise with
+    130 and one line, where Lightning made it exit 1 with none; the rerun finishes with the reference hash."""
     out = tmp_path / "out"
     p = started_build(dg_inputs, out)
-    p.send_signal(signal.SIGTERM)
+    if sig == "SIGTERM":
+        p.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(p.pid, signal.SIGINT)
     log = p.communicate(timeout=60)[0]
-    assert p.returncode == 143, log
-    assert "stopped by SIGTERM" in log and not (out / "manifest.json").exists()
+    assert p.returncode == {"SIGTERM": 143, "SIGINT": 130}[sig], log
+    assert f"stopped by {'SIGTERM' if sig == 'SIGTERM' else 'Ctrl-C (SIGINT)'}" in log, log
+    assert "Traceback" not in log and not (out / "manifest.json").exists()
     rc, log = run_cli(build_args(dg_inputs, out))
     assert rc == 0, log
     assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]

@@ -208,7 +208,10 @@ def _cli(args: list[str]) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-def test_killed_run_resumes_to_bit_identical_results(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT"])
+def test_killed_run_resumes_to_bit_identical_results(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text, sig):
+    """SIGKILL, or Ctrl-C (SIGINT to the process group: status 130 and one line, the retrieval child stopped with
+    it), mid-run; the same command resumes to the unbroken run's numbers, token for token."""
     args = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL, "--chunk_strides", "4",
             "--retrieval.index", str(bm25_corpus["index"]), "--reranker", "oracle"]
     whole, _ = run(tmp_path, "whole", *args)
@@ -218,8 +221,10 @@ def test_killed_run_resumes_to_bit_identical_results(tmp_path, tiny_gpt2_dir, bm
     while time.time() < deadline and p.poll() is None and len(list((out / "work" / "chunks").glob("chunk-*.npz"))) < 3:
         time.sleep(0.02)
     assert p.poll() is None, "the run ended before it could be killed:\n" + p.communicate()[0]
-    os.killpg(p.pid, signal.SIGKILL)
-    p.communicate()
+    os.killpg(p.pid, getattr(signal, sig))
+    said = p.communicate(timeout=60)[0]
+    if sig == "SIGINT":
+        assert p.returncode == 130 and "stopped by Ctrl-C (SIGINT)" in said and "Traceback" not in said, said
     assert not (out / "results.json").exists()  # nothing that looks complete
     rerun = _cli([*args, "--output_dir", str(out)])
     log, _ = rerun.communicate(timeout=180)
