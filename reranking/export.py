@@ -21,6 +21,7 @@ under its ``"reranker"`` key and is read with ``torch.load(weights_only=True)``:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -45,6 +46,24 @@ FORMAT = "ralm-reranker"
 ENCODER_CONFIG = "encoder_config.json"
 #: The model type of the stub config.json: transformers quotes it when it refuses the directory.
 STUB_MODEL_TYPE = "ralm-reranker (load it with reranking.load, or convert it: python -m reranking.formats)"
+
+
+def run_id(run_dir: str | Path) -> str:
+    """A fit's identity in its export: a hash of its run directory (no path of the machine that trained)."""
+    return hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
+
+
+def check_export_dir(out_dir: str | Path, run: str) -> None:
+    """Refuse to write over another fit's finished export: its ``reranker.json`` records the run directory of the
+    fit that wrote it (the same fit, rerun or resumed, may write again; an export from before the record, too)."""
+    meta = Path(out_dir) / META_FILE
+    try:
+        theirs = json.loads(meta.read_text()).get("trained", {}).get("run") if meta.is_file() else None
+    except (ValueError, AttributeError):
+        theirs = None
+    if theirs and theirs != run:
+        raise InputError(f"--export_dir {out_dir} holds the export of another fit (another run directory); pass "
+                         f"another --export_dir, or delete {out_dir} to replace it")
 
 
 def export(system, out_dir: str | Path, trained: dict | None = None) -> Path:

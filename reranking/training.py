@@ -33,7 +33,7 @@ from ralm.precision import lightning_precision
 from ralm.settings import InputError, SettingsError
 from reranking.callbacks import LogProgress, RerankerState
 from reranking.data import RerankDataModule
-from reranking.export import export, read_checkpoint
+from reranking.export import check_export_dir, export, read_checkpoint, run_id
 from reranking.system import MONITOR, RerankerSystem
 
 PROG = "python -m reranking.fit"
@@ -209,7 +209,10 @@ def fit(args: list[str], description: str | None = None):
                                          "formatter_class": help_formatter()})
         trainer, system = cli.trainer, cli.model
         # a second fit exporting to the same --export_dir is refused before it trains (a default export
-        # goes to this run's own version directory)
+        # goes to this run's own version directory), and so is one over another fit's finished export
+        run = run_id(trainer.logger.log_dir if trainer.logger else "checkpoints")  # this fit's, as exports record it
+        if cli.config.export_dir and trainer.is_global_zero:
+            check_export_dir(cli.config.export_dir, run)
         with claim(cli.config.export_dir, "--export_dir") if cli.config.export_dir else nullcontext():
             try:
                 trainer.fit(system, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
@@ -226,6 +229,7 @@ def fit(args: list[str], description: str | None = None):
                 val = {k: round(float(v), 6) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
                 export(system, out, trained={"precision": str(trainer.precision), "steps": step,
                                              "fit_steps": trainer.global_step, "data": str(cli.config.data.data_dir),
+                                             "run": run,
                                              **({"validation": val} if val else {})})
                 what = "the untrained start (0 steps)" if trainer.global_step == 0 else f"the reranker (step {step})"
                 print(f"exported {what} to {out}", file=sys.stderr)

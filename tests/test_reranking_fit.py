@@ -243,6 +243,27 @@ def test_an_export_dir_in_use_is_refused_before_training(tmp_path, tiny_roberta_
     assert not list(tmp_path.glob("checkpoints/**/*.ckpt"))
 
 
+def test_an_export_dir_holding_another_fits_export_is_refused(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys,
+                                                               monkeypatch):
+    """--export_dir over another fit's finished export: one line before training, the export left as it was; the
+    same fit (its run directory) exporting there again is allowed."""
+    from reranking.fit import main
+
+    monkeypatch.chdir(tmp_path)
+    export = tmp_path / "export"
+    version = ["--trainer.logger.init_args.version", "a"]
+    assert main(fit_args(tiny_roberta_dir, rerank_data_dir, 0, "--export_dir", str(export), *version)) != 2
+    before = (export / "reranker.json").read_bytes()
+    assert json.loads(before)["trained"]["run"] and str(tmp_path) not in before.decode()  # an id, not a path
+    capsys.readouterr()
+    assert main(fit_args(tiny_roberta_dir, rerank_data_dir, 0, "--export_dir", str(export),
+                         "--trainer.logger.init_args.version", "b")) == 2
+    err = capsys.readouterr().err
+    assert "holds the export of another fit" in err and err.count("error:") == 1, err
+    assert (export / "reranker.json").read_bytes() == before
+    assert main(fit_args(tiny_roberta_dir, rerank_data_dir, 0, "--export_dir", str(export), *version)) != 2
+
+
 def test_bi_encoder_fits_exports_and_scores_as_trained(tmp_path, tiny_bert_dir, rerank_data_dir, monkeypatch):
     """--model.architecture bi end to end: trains, its export and checkpoint load to a BiEncoder with the
     best checkpoint's weights, and the selector scores pairs exactly as the training module does."""
