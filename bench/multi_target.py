@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -27,17 +26,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def cpu_name() -> str:
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "unknown")
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
-    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{name} ({', '.join(simd) or 'no AVX2'}), {os.cpu_count()} cores"
 
 
 def ways(per_window: list[int]) -> list[tuple[int, str, bool]]:
@@ -61,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from data_gen.config import BuildConfig, BuildError, RunConfig, Targets
+    from pipeline.report import machine
     from data_gen.job import build_dataset, check_model
     from data_gen.score import ChunkDataset, LMScoringModule, pending_chunks
     from data_gen.shards import Layout
@@ -79,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     lm, _ = load_causal_lm(a.model, "cuda" if torch.cuda.is_available() else "cpu")
     module = LMScoringModule(lm, stride=1, batch_size=18, dtype=precision.dtype)
     module.scorer = LMScorer(lm, batch_size=18, dtype=precision.dtype)
-    print(f"# {a.model}, LM dtype {precision.dtype}, {cpu_name() if not torch.cuda.is_available() else torch.cuda.get_device_name()}, "
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"{machine()}, {os.cpu_count()} cores"
+    print(f"# {a.model}, LM dtype {precision.dtype}, {device}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
     print("| s | m | candidates | row tokens | LM rows / example | examples / LM token (x m=1) | "
           "examples / s (x m=1) |")
