@@ -6,11 +6,11 @@
     python -m pipeline --config my-recipe.yaml --stage report              # the report again
 
 A recipe names the causal LM, the reranker's encoder, the corpus, the texts (train, dev, report), the split,
-the training data, the fits (stacked reranking.fit configs, seeds), the rerankers to evaluate and the
-baselines of the report. The stages, in order: split (texts and corpus written where the commands read them),
-index (ralm.corpus), data (data_gen.build), fit (reranking.fit per fit and seed, and each fit's untrained
-start), eval (eval.ppl per text and reranker) and report (eval.compare per text and baseline, then
-OUT/report/report.md). Each is the project's own command (--print_plan lists them); a finished step is
+the training data, the fits (stacked reranking.fit configs, seeds), optionally a held-out judge, the rerankers
+to evaluate and the baselines of the report. The stages, in order: split (texts and corpus written where the
+commands read them), index (ralm.corpus), data (data_gen.build), fit (reranking.fit per fit and seed, and each
+fit's untrained start), judge (reranking.heldout over every export, where the recipe has a judge), eval
+(eval.ppl per text and reranker) and report (eval.compare per text and baseline, then OUT/report/report.md). Each is the project's own command (--print_plan lists them); a finished step is
 skipped, and a killed or stopped one continues where it was when the same command is run again.
 """
 
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.recipe import PRECISIONS, Corpus, Data, Evaluation, Fit, Report, Split, Texts
+from pipeline.recipe import PRECISIONS, Corpus, Data, Evaluation, Fit, Judge, Report, Split, Texts
 from ralm.cli import run
 from ralm.settings import SettingsError
 
 
 def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | None = None,
              texts: Texts | None = None, corpus: Corpus = Corpus(), split: Split = Split(), data: Data = Data(),
-             fits: list[Fit] | None = None, eval: Evaluation = Evaluation(), report: Report = Report(),
-             precision: str = "auto", stage: str | None = None, until: str | None = None,
+             fits: list[Fit] | None = None, judge: Judge | None = None, eval: Evaluation = Evaluation(),
+             report: Report = Report(), precision: str = "auto", stage: str | None = None, until: str | None = None,
              print_plan: bool = False) -> int:
     """Run a recipe (finished steps are kept), or print its plan.
 
@@ -40,11 +40,12 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
         split: The leak-free article-halves split, and training articles held out.
         data: The training set: data_gen.build's config and overrides, forbidden texts, or a scores file.
         fits: The rerankers to train: stacked reranking.fit configs, overrides and seeds each.
+        judge: The held-out judge: every export choosing among LM-scored candidates of held-out training articles.
         eval: The rows evaluated on each text: eval.ppl's config and the rerankers.
         report: The baselines each text's tables compare against.
         precision: auto (bf16 where the hardware runs it natively, float32 elsewhere), float32 or bfloat16,
             for every stage.
-        stage: Run only this stage: split, index, data, fit, eval or report.
+        stage: Run only this stage: split, index, data, fit, judge, eval or report.
         until: Run every stage up to and including this one.
         print_plan: Print the commands (marking those done) and run nothing.
     """
@@ -58,7 +59,7 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
     if texts is None or not fits:
         raise SettingsError("a recipe needs texts and fits: pass --config configs/recipes/NAME.yaml (see --help)")
     recipe = Recipe(out=out, lm=lm, encoder=encoder, texts=texts, corpus=corpus, split=split, data=data, fits=fits,
-                    eval=eval, report=report, precision=precision, argv=_argv())
+                    judge=judge, eval=eval, report=report, precision=precision, argv=_argv())
     steps = select(plan(recipe), stage, until)
     if print_plan:
         print(describe(steps), end="")

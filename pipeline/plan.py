@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.recipe import STAGES, Corpus, Data, Evaluation, Fit, Report, Source, Split, Texts
+from pipeline.recipe import STAGES, Corpus, Data, Evaluation, Fit, Judge, Report, Source, Split, Texts
 from ralm.documents import PASSAGE_FORMATS, resolve_format
 from ralm.settings import SettingsError
 from ralm.shipped import locate
@@ -65,6 +65,7 @@ class Recipe:
     fits: list[Fit]
     eval: Evaluation
     report: Report
+    judge: Judge | None = None
     precision: str = "auto"
     argv: list[str] = field(default_factory=list)  # the command line, for the pipeline's own steps
 
@@ -74,6 +75,17 @@ class Recipe:
         object.__setattr__(self, "data", replace(self.data, config=[locate(c) for c in self.data.configs] or None))
         object.__setattr__(self, "eval", replace(self.eval, config=locate(self.eval.config)))
         object.__setattr__(self, "fits", [replace(f, configs=[locate(c) for c in f.configs]) for f in self.fits])
+        if self.judge:
+            object.__setattr__(self, "judge", replace(self.judge, config=[locate(c) for c in self.judge.configs]))
+            if not self.split.heldout_fraction:
+                raise SettingsError("judge: its examples come from the training articles held out; give "
+                                    "split.heldout_fraction > 0 (e.g. 0.5)")
+            if len(self.judge.forbid) > 1 and sorted(self.judge.forbid) != sorted(self.data.forbid):
+                raise SettingsError(f"judge.forbid {self.judge.forbid}: several texts must be data.forbid's (the "
+                                    "split stage writes one texts/forbidden.txt)")
+            bad = [a for a in self.judge.against if a != "untrained" and a not in self.exports()]
+            if bad:
+                raise SettingsError(f"judge.against {bad}: untrained or an export's name ({', '.join(self.exports())})")
         names = [f.name for f in self.fits]
         if not names or len(set(names)) != len(names):
             raise SettingsError(f"fits: give one or more fits with distinct names (got {names})")
@@ -82,11 +94,12 @@ class Recipe:
                                 "the corpus)")
         texts = self.texts.named()
         for what, got in (("eval.texts", self.eval.texts or []), ("eval.lm_rankers", self.eval.lm_rankers or []),
-                          ("data.forbid", self.data.forbid)):
+                          ("data.forbid", self.data.forbid), ("judge.forbid", self.judge.forbid if self.judge else [])):
             bad = [t for t in got if t not in texts or t == "train"]
             if bad:
                 raise SettingsError(f"{what} {bad}: not a report text or dev (texts: {', '.join(texts)})")
         for what, path in (*(("data.config", c) for c in self.data.configs or [None]), ("eval.config", self.eval.config),
+                           *(("judge.config", c) for c in (self.judge.configs if self.judge else [])),
                            *((f"fits.{f.name}.configs", c) for f in self.fits for c in f.configs)):
             if not path or not Path(path).is_file():
                 raise SettingsError(f"{what}: {path!r} is not a file")
@@ -143,6 +156,10 @@ class Recipe:
             elif r not in LENDERS or text in lm_texts:
                 out.append((r, ["--reranker", r]))
         return out
+
+    def exports(self) -> list[str]:
+        """Every export's name (rerankers/NAME): each fit's untrained start, then its seeds."""
+        return [row for f in self.fits for row in ([f"{f.name}-untrained"] if f.untrained else []) + f.rows()]
 
     def cosine_flags(self) -> list[str]:
         """The cosine row is the first fit's encoder, untrained, reading prefixes and passages of its lengths."""
@@ -218,7 +235,7 @@ def flags(settings: dict[str, object]) -> list[str]:
 
 def plan(r: Recipe) -> list[Step]:
     """Every step of the recipe, in order."""
-    return [*_split(r), *_index(r), *_data(r), *_fits(r), *_evals(r), *_report(r)]
+    return [*_split(r), *_index(r), *_data(r), *_fits(r), *_judge(r), *_evals(r), *_report(r)]
 
 
 def _split(r: Recipe) -> list[Step]:
@@ -239,22 +256,30 @@ def _index(r: Recipe) -> list[Step]:
 
 
 def _data(r: Recipe) -> list[Step]:
-    out = r.root / "data"
-    forbid = r.data.forbid
-    argv = [*(x for c in r.data.configs for x in ("--config", str(c))), *r.text_flags("train"),
+    steps = _build(r, r.data, r.text_flags("train"), r.root / "data", "the training prefixes", "the training set")
+    if r.judge:
+        steps += _build(r, r.judge, ["--text.file", str(r.root / "texts" / "train-heldout.txt")],
+                        r.root / "judge" / "data", "the held-out prefixes", "the judge's examples")
+    return steps
+
+
+def _build(r: Recipe, data: Data, text: list[str], out: Path, prefixes: str, what: str) -> list[Step]:
+    """data_gen.build of ``data`` (the training set or the judge's examples) into ``out``: in one step, or from
+    scores files in three (retrieval here, the scores imported, the set assembled and checked)."""
+    forbid = data.forbid
+    argv = [*(x for c in data.configs for x in ("--config", str(c))), *text,
             *(r.text_flags(forbid[0], "--eval_text") if len(forbid) == 1 else
               ["--eval_text.file", str(r.root / "texts" / "forbidden.txt")] if forbid else []),
             *(["--retrieval.forbid_eval_titles", "true"] if forbid else []),
             "--retrieval.index", r.index, "--out", str(out), "--scoring.dtype", r.precision,
-            *(["--model", r.lm] if r.lm else []), *flags(r.data.set)]
+            *(["--model", r.lm] if r.lm else []), *flags(data.set)]
     done = out / "manifest.json"
-    if not r.data.scores:
-        return [Step("data", "LM-scored training data", "data_gen.build", argv, done)]
-    return [Step("data", "BM25 candidates of the training prefixes", "data_gen.build", [*argv, "--stage", "retrieve"],
-                 done),
+    if not data.scores:
+        return [Step("data", f"LM-scored {what}", "data_gen.build", argv, done)]
+    return [Step("data", f"BM25 candidates of {prefixes}", "data_gen.build", [*argv, "--stage", "retrieve"], done),
             Step("data", "the LM's scores from the scores file", "data_gen.scores_file",
-                 ["import", *r.data.scores_files, str(out)], done),
-            Step("data", "the training set assembled", "data_gen.build", argv, done)]
+                 ["import", *data.scores_files, str(out)], done),
+            Step("data", f"{what} assembled", "data_gen.build", argv, done)]
 
 
 def _fits(r: Recipe) -> list[Step]:
@@ -277,6 +302,24 @@ def _fits(r: Recipe) -> list[Step]:
                                "--trainer.logger.init_args.version", f"seed{seed}", "--export_dir", str(target)],
                               target / "reranker.json"))
     return steps
+
+
+def _judge(r: Recipe) -> list[Step]:
+    """reranking.heldout over every export (cheap: each export's choices are cached by its files' hashes, so
+    the step always runs and takes in fits added since)."""
+    if not r.judge:
+        return []
+    rows = r.exports()
+    against = [x for a in r.judge.against for x in ([n for n in rows if n.endswith("-untrained")] if a == "untrained"
+                                                    else [a])]
+    cosine = r.cosine_flags() if "cosine" in r.eval.rerankers else []  # the report's cosine row, read alike
+    argv = ["--data", str(r.root / "judge" / "data"),
+            "--rerankers", "[" + ",".join(str(r.root / "rerankers" / n) for n in rows) + "]",
+            *(["--cosine", *(f.replace("--ranker.input.", "--input.") for f in cosine[1:])] if cosine else []),
+            "--k", str(fit_settings(r.fits[0]).get("data", {}).get("max_candidates", 8)),
+            *(["--against", "[" + ",".join(against) + "]"] if against else []), "--by_article", "true",
+            "--out", str(r.root / "judge" / "judge.md")]
+    return [Step("judge", "every export on the held-out examples", "reranking.heldout", argv)]
 
 
 def _evals(r: Recipe) -> list[Step]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ralm.documents import FORMATS
 from ralm.settings import SettingsError, Text
 
-STAGES = ("split", "index", "data", "fit", "eval", "report")
+STAGES = ("split", "index", "data", "fit", "judge", "eval", "report")
 PRECISIONS = ("auto", "float32", "bfloat16")
 
 
@@ -163,6 +163,29 @@ class Data:
     @property
     def scores_files(self) -> list[str]:
         return [] if not self.scores else [self.scores] if isinstance(self.scores, str) else list(self.scores)
+
+
+@dataclass(frozen=True)
+class Judge(Data):
+    """The held-out judge (``python -m reranking.heldout``): every export and untrained start choosing among the
+    LM-scored candidates of prefixes from the training articles no fit read (``split.heldout_fraction``), with
+    paired intervals: thousands of examples for encoder passes alone, where settings (a fit's steps, say) may be
+    chosen, as on a report text they may not.
+
+    Args:
+        config: data_gen.build's YAML of the judge's examples, or a list stacked in order (e.g. the training
+            data's, with ``set: {examples: 1000}``).
+        set: More data_gen.build settings, by dotted name.
+        forbid: As data.forbid.
+        scores: Scores files of this very dataset, as data.scores.
+        against: Rows every row is also compared with: untrained (each fit's start) or a row's name.
+    """
+
+    against: list[str] = field(default_factory=lambda: ["untrained"])
+
+    def __post_init__(self) -> None:
+        if not self.config:
+            raise SettingsError("judge.config: give data_gen.build's YAML of the judge's examples")
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,17 @@ def write_report(r: Recipe) -> Path:
                f"{', '.join(map(str, f.seeds))}{'; and its untrained start' if f.untrained else ''} |" for f in r.fits),
              f"| precision | {r.precision} (resolved per run: each results.json's `precision`) |",
              f"| machine | {machine()} |", ""]
+    if r.judge:
+        root.mkdir(parents=True, exist_ok=True)
+        judge = r.root / "judge" / "judge.md"
+        lines += ["## the held-out judge", "", f"Examples of the training articles no fit read ({_data(r, 'judge/data')}): "
+                  "each export chooses one of the stored candidates; the LM's log-probabilities are stored.", ""]
+        points = curve.judge_table(r)
+        if points:
+            atomic_write(root / "judge-curve.png", lambda t: curve.judge_plot(r, Path(t)))
+            lines += ["### the learning curve", "", *points, "![the judge's learning curve](judge-curve.png)", ""]
+        lines += [judge.read_text().rstrip() if judge.is_file() else
+                  "(not run yet: `python -m pipeline ... --stage judge`)", ""]
     for text in r.eval_texts():
         tdir = root / text
         tdir.mkdir(parents=True, exist_ok=True)
@@ -98,6 +109,7 @@ def write_report(r: Recipe) -> Path:
                 for row in ([f"{f.name}-untrained"] if f.untrained else []) + f.rows()),
               f"| TensorBoard | `tensorboard --logdir {r.root / 'logs'}` |",
               f"| training data | {r.root / 'data'} |",
+              *([f"| the judge's examples, its table (.md) and numbers (.json) | {r.root / 'judge'} |"] if r.judge else []),
               f"| evaluations | {r.root / 'ppl'}/TEXT/ROW/ (results.json, strides.parquet, plot.png) |",
               f"| this report | {root / 'report.md'} |", ""]
     atomic_write(root / "report.md", lambda t: Path(t).write_text("\n".join(lines)))
@@ -111,10 +123,11 @@ def _passages(r: Recipe) -> str:
     return "an existing index" if r.corpus.index else "not indexed yet"
 
 
-def _data(r: Recipe) -> str:
-    f = r.root / "data" / "manifest.json"
+def _data(r: Recipe, where: str = "data") -> str:
+    f = r.root / where / "manifest.json"
     if not f.is_file():
         return "not built yet"
     m = json.loads(f.read_text())
+    scores = (r.judge if where != "data" else r.data).scores_files
     return (f"{m['examples']:,} examples, content hash {m['content_hash'][:16]}…"
-            + (f" (from {', '.join(r.data.scores_files)})" if r.data.scores else ""))
+            + (f" (from {', '.join(scores)})" if scores else ""))

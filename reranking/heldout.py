@@ -34,7 +34,7 @@ def heldout(data: str, rerankers: list[str] | None = None, cosine: str | None = 
         input: What the cosine row's encoder reads (a bi-encoder fit's --model.input, to compare with it).
         k: Candidates per example (the fits' --data.max_candidates).
         against: Row names each row is also compared with (e.g. an untrained start).
-        out: Also write the table here.
+        out: Also write the table here (a .md), and its point estimates as JSON beside it (the same name, .json).
         device: Where the rerankers run: auto (cuda if present), cpu, cuda.
         batch_size: Encoder rows per forward (larger on a GPU).
         by_article: Resample whole source articles for the intervals (examples of one article are correlated).

@@ -75,6 +75,18 @@ def table(lm: np.ndarray, picks: dict[str, np.ndarray], against: list[str], resa
             f"(mean -log p(y | d; x) per target; intervals resample {unit})\n\n" + "\n".join(lines) + "\n")
 
 
+def summary(lm: np.ndarray, picks: dict[str, np.ndarray]) -> dict:
+    """The table's point estimates as data: each chooser's mean −log p(y | chosen d), the share of the gap from
+    BM25's first to the oracle it captures, and how often it chose BM25's first."""
+    n = len(lm)
+    bm25, oracle = float(-lm[:, 0].mean()), float(-lm.max(1).mean())
+    rows = {}
+    for name, p in picks.items():
+        nll = float(-lm[np.arange(n), p].mean())
+        rows[name] = {"nll": nll, "gap_captured": (bm25 - nll) / (bm25 - oracle), "bm25_first": float((p == 0).mean())}
+    return {"examples": n, "bm25_first_nll": bm25, "oracle_nll": oracle, "rows": rows}
+
+
 class PickCache:
     """Each chooser's picks on a held-out directory, kept under ``DATA/picks/`` by the identity of what
     chose (an export's file hashes; the cosine row's settings) and of the shards and ``k``: a table with
@@ -113,6 +125,8 @@ def article_of(ds) -> np.ndarray:
 def judge(data: str, rerankers: list[str] | None, cosine: str | None, input: EncoderInput, k: int,
           against: list[str] | None, out: str | None, device: str, batch_size: int, by_article: bool) -> str:
     """``python -m reranking.heldout``'s work: each reranker's choices on ``data``'s examples, as a table."""
+    if out and Path(out).suffix == ".json":
+        raise InputError(f"--out {out}: the table's file (e.g. judge.md); its numbers go beside it as .json")
     dev = resolve_device(device)
     ds, lm = stored_examples(data, k)
     cache = PickCache(Path(data), k)
@@ -132,4 +146,6 @@ def judge(data: str, rerankers: list[str] | None, cosine: str | None, input: Enc
     text = table(lm, picks, list(against or []), groups=article_of(ds) if by_article else None)
     if out:
         atomic_write(Path(out), lambda t: Path(t).write_text(text))
+        numbers = json.dumps(summary(lm, picks), indent=1)
+        atomic_write(Path(out).with_suffix(".json"), lambda t: Path(t).write_text(numbers))
     return text

@@ -31,7 +31,8 @@ def _yaml(path: Path, obj) -> Path:
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory, bm25_corpus, tiny_gpt2_dir, tiny_bert_dir) -> Path:
     """A recipe over the conftest's 300 pseudo-WikiText articles: their passages as a BEIR corpus, the text as
-    the training text and its articles 250-253 as the report text (the split stage cuts them out)."""
+    the training text and its articles 250-253 as the report text (the split stage cuts them out); 30 % of the
+    training articles held out for the judge."""
     from ralm.articles import iter_articles
     from ralm.passages import iter_passages
 
@@ -58,8 +59,10 @@ def recipe(tmp_path_factory, bm25_corpus, tiny_gpt2_dir, tiny_bert_dir) -> Path:
         "texts": {"train": {"file": str(d / "train.txt")},
                   "report": {"eval": {"file": str(d / "train.txt"), "articles": [250, 254]}}},
         "corpus": {"file": str(d / "corpus.jsonl")},
+        "split": {"heldout_fraction": 0.3},
         "data": {"config": str(build), "forbid": ["eval"]},
         "fits": [{"name": "tiny", "configs": [str(fit)], "seeds": [0], "untrained": True}],
+        "judge": {"config": str(build), "set": {"examples": 16}, "forbid": ["eval"]},
         "eval": {"config": str(ppl), "rerankers": ["none", "bm25", "cosine", "untrained", "trained", "oracle"]},
         "report": {"baselines": ["bm25", "untrained"]}})
 
@@ -96,10 +99,11 @@ def _tables(out: Path) -> dict[str, str]:
 def test_the_plan_lists_the_commands_and_what_is_done(recipe, straight, capsys):
     assert _pipeline("--config", str(recipe), "--out", str(straight), "--print_plan") == 0
     plan = capsys.readouterr().out
-    for module in ("pipeline", "ralm.corpus", "data_gen.build", "reranking.fit", "eval.ppl", "eval.compare"):
+    for module in ("pipeline", "ralm.corpus", "data_gen.build", "reranking.fit", "reranking.heldout", "eval.ppl",
+                   "eval.compare"):
         assert f"python -m {module} " in plan, module
-    # done: every command but the pipeline's own two and the report's comparisons (cheap; always rerun)
-    assert plan.count("   # done") == plan.count("python -m") - 2 - plan.count("python -m eval.compare")
+    # done: every command but the pipeline's own two, the judge and the report's comparisons (cheap; always rerun)
+    assert plan.count("   # done") == plan.count("python -m") - 3 - plan.count("python -m eval.compare")
     assert "--trainer.max_steps 0" in plan and "--reuse_from" in plan and f"--out {straight}" in plan
     assert _pipeline("--config", str(recipe), "--out", str(straight), "--stage", "fit", "--print_plan") == 0
     assert set(re.findall(r"python -m ([\w.]+)", capsys.readouterr().out)) == {"reranking.fit"}
@@ -118,16 +122,38 @@ def test_the_report_holds_every_table_and_artifact(recipe, straight):
     assert untrained["trained"]["fit_steps"] == 0 and untrained["trained"]["steps"] == 0
     assert json.loads((straight / "rerankers" / "tiny" / "reranker.json").read_text())["trained"]["fit_steps"] == 40
     assert len(_titled((straight / "texts" / "eval.txt").read_text())) == 4  # the split stage's 4 articles
+
+
+def test_the_judge_chooses_on_held_out_articles_and_its_table_is_in_the_report(straight):
+    """The judge stage: 16 LM-scored examples of the held-out training articles (none a fit read), every export
+    choosing among them, the table pasted whole into the report and its numbers as JSON, each row's mean the
+    plain mean of the stored log-probabilities of its choices."""
+    held = set(_titled((straight / "texts" / "train-heldout.txt").read_text()))
+    judge_ex = pd.concat(pd.read_parquet(f) for f in sorted((straight / "judge" / "data").glob("*.parquet")))
+    train_ex = pd.concat(pd.read_parquet(f) for f in sorted((straight / "data").glob("*.parquet")))
+    assert len(judge_ex) == 16 and set(judge_ex["source_title"]) <= held
+    assert not held & set(train_ex["source_title"])
+    table = (straight / "judge" / "judge.md").read_text()
+    report = (straight / "report" / "report.md").read_text()
+    assert "## the held-out judge" in report and table.strip() in report and "vs tiny-untrained [95% CI]" in table
+    numbers = json.loads((straight / "judge" / "judge.json").read_text())
+    assert list(numbers["rows"]) == ["cosine", "tiny-untrained", "tiny"] and numbers["examples"] == 16  # the report's rows
+    lm = np.array([list(row) for row in judge_ex.sort_values("id")["lm_logprobs"]])
+    assert numbers["bm25_first_nll"] == pytest.approx(-lm[:, 0].mean())
+    assert numbers["oracle_nll"] == pytest.approx(-lm.max(1).mean())
+    for row, got in numbers["rows"].items():
+        assert f"| {row} | {got['nll']:.3f} |" in table
+        assert numbers["oracle_nll"] <= got["nll"] + 1e-9
     assert json.loads((straight / "corpus" / "corpus.json").read_text())["format"] == "beir"
     assert "[pipeline] all " in (straight / "pipeline.log").read_text()
 
 
-def test_the_training_prefix_is_what_the_eval_loop_shows_the_reranker(straight, bm25_corpus, tiny_gpt2_dir):
+def test_the_training_prefix_is_what_the_eval_loop_shows_the_reranker(straight, tiny_gpt2_dir):
     import datasets
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)
-    ids = tok(bm25_corpus["text"], add_special_tokens=False)["input_ids"]
+    tok = AutoTokenizer.from_pretrained(tiny_gpt2_dir)  # the training text: the articles not held out
+    ids = tok((straight / "texts" / "train.txt").read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
     rows = datasets.load_dataset("parquet", data_files=str(straight / "data" / "*.parquet"), split="train")
     for r in rows.select(range(5)):
         p = r["position"]
@@ -228,14 +254,17 @@ def test_every_shipped_recipe_parses_into_a_plan(capsys):
 
 
 def test_a_recipes_mistakes_are_one_line_and_nothing_is_written(tmp_path, capsys):
-    """An unknown reranker row, a seed twice, a report text the eval does not know: exit 2, one line naming the
-    setting, before any stage writes anything."""
+    """An unknown reranker row, a seed twice, a report text the eval does not know, a judge without held-out
+    articles or against an unknown row: exit 2, one line naming the setting, before any stage writes anything."""
     demo = str(ROOT / "configs" / "recipes" / "demo.yaml")
     out = tmp_path / "out"
     for flags, said in ((["--eval.rerankers", "[none,bm25,bm3]"], "eval.rerankers ['bm3']"),
                         (["--fits", '[{name: p, configs: [configs/demo/fit.yaml], seeds: [1, 1]}]'], "seeds [1, 1]"),
                         (["--eval.texts", "[nope]"], "eval.texts ['nope']"),
-                        (["--precision", "fp8"], "--precision 'fp8'")):
+                        (["--precision", "fp8"], "--precision 'fp8'"),
+                        (["--judge", "{config: configs/demo/build.yaml}"], "give split.heldout_fraction > 0"),
+                        (["--split.heldout_fraction", "0.5", "--judge", "{config: configs/demo/build.yaml, against: [x]}"],
+                         "judge.against ['x']")):
         assert _pipeline("--config", demo, "--out", str(out), *flags) == 2, flags
         err = capsys.readouterr().err
         assert said in err and len([line for line in err.splitlines() if "error:" in line]) == 1, err
@@ -295,3 +324,15 @@ def test_the_learning_curve_table_and_plot(tmp_path):
            f"{100 * (57 - mean) / 10:.0f}% |" in lines
     assert "| 25,000 | n25000 | 55.000 | 55.000 | -3.5% | 20% |" in lines
     assert curve.plot(r, "report", tmp_path / "curve.png") and (tmp_path / "curve.png").stat().st_size > 1000
+    # the held-out judge's curve: the seeds' mean -log p(y | chosen d) and the share of its gap captured
+    assert curve.judge_table(r) == []
+    nll = {"n3125-untrained": 103.0, "n3125-seed0": 102.9, "n3125-seed1": 102.7, "n12500-seed0": 102.0}
+    (tmp_path / "judge").mkdir()
+    (tmp_path / "judge" / "judge.json").write_text(json.dumps({
+        "examples": 1000, "bm25_first_nll": 103.5, "oracle_nll": 98.5,
+        "rows": {k: {"nll": v, "gap_captured": (103.5 - v) / 5} for k, v in nll.items()}}))
+    lines = curve.judge_table(r)
+    assert "| 3,125 | n3125 | 102.900, 102.700 | 102.800 | -0.700 | 14.0% |" in lines
+    assert "| 12,500 | n12500 | 102.000 | 102.000 | -1.500 | 30.0% |" in lines
+    assert any("n3125-untrained 103.000 (10.0%)" in line for line in lines)
+    assert curve.judge_plot(r, tmp_path / "judge.png") and (tmp_path / "judge.png").stat().st_size > 1000
