@@ -87,6 +87,40 @@ def seed_groups(runs: list[dict]) -> dict[str, list[dict]]:
     return {k: v for k, v in groups.items() if len(v) >= 2}
 
 
+#: Fewer resampling units (articles) than this and the report says its intervals are rough.
+FEW_UNITS = 10
+
+
+def notes(runs: list[dict], blocks: int = DEFAULT_BLOCKS) -> str:
+    """What the tables cannot show by themselves, as lines to put above them ("" when nothing to say): that
+    retrieval hurts the text (``none`` beats bm25, or even the oracle, which picks with the targets in hand),
+    and that the intervals rest on few articles."""
+    by = {r["results"]["reranker"]: r for r in reversed(runs)}
+    out = []
+    none = by.get("none")
+    if none:
+        ppl = none["results"]["ppl_word"]
+        worse = [(_label(r), r["results"]["ppl_word"]) for r in runs if r is not none and r["results"]["ppl_word"] > ppl]
+        if "bm25" in by and by["bm25"]["results"]["ppl_word"] > ppl or "oracle" in by and by["oracle"]["results"]["ppl_word"] > ppl:
+            rows = ", ".join(f"{name} {v:.3f} ({100 * (v / ppl - 1):+.1f}%)" for name, v in worse)
+            every = len(worse) == len(runs) - 1
+            out.append(f"**Retrieval hurts this text**: no passage (none, word ppl {ppl:.3f}) beats "
+                       + ("every retrieval row" if every else "") + (": " if every else "") + rows
+                       + (" — the oracle too, which picks among the candidates with the targets in hand: none of them "
+                          "is worth the window's own tokens it displaces" if "oracle" in by and
+                          by["oracle"]["results"]["ppl_word"] > ppl else "")
+                       + ". Levers: a longer window (windows.max_length) or a smaller passage budget "
+                         "(windows.doc_max_tokens), so a passage displaces less of the text's own context; a reranker "
+                         "that may choose no passage; or no retrieval for this text.")
+    unit, unit_name = units_of(len(runs[0]["nll"]), runs[0]["article"], blocks)
+    n = int(unit.max()) + 1
+    if unit_name == "article" and n < FEW_UNITS:
+        out.append(f"**Only {n} articles**: the intervals resample {n} units and can be narrow by chance (a few "
+                   "articles carry them); read the sign test beside them, and evaluate more articles before "
+                   "concluding.")
+    return "".join(f"> {line}\n>\n" for line in out).removesuffix(">\n") + ("\n" if out else "")
+
+
 def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS) -> str:
     """The comparison table; the baseline is the run whose reranker (or directory name) is ``baseline``."""
     # a reranker's name means its first run given; a directory's name, that run
@@ -207,7 +241,7 @@ def compare(runs: list[str], out: str | None = None, baseline: str = "bm25", blo
         elif baseline != "bm25":
             raise InputError(f"--baseline {baseline!r} is none of the runs given; name one of them: "
                              f"{', '.join(sorted(Path(r['dir']).name for r in loaded))}")
-    md = table(loaded, baseline, blocks)
+    md = notes(loaded, blocks) + table(loaded, baseline, blocks)
     dest = Path(out) if out else Path(*Path(runs[0]).resolve().parts[:-1])
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "comparison.md").write_text(md)

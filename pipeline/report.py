@@ -15,6 +15,7 @@ from pathlib import Path
 
 import matplotlib
 
+from eval.compare import load_run, notes
 from pipeline import curve
 from pipeline.plan import Recipe
 from ralm.files import atomic_write
@@ -97,9 +98,11 @@ def write_report(r: Recipe) -> Path:
         if points:
             atomic_write(tdir / "curve.png", lambda t: curve.plot(r, text, Path(t)))
             lines += ["### the learning curve", "", *points, f"![{text}: the learning curve]({text}/curve.png)", ""]
+        said = _notes(r, text)
+        lines += [said] if said else []
         for base in r.baselines(text) or ["bm25"]:
             table = tdir / f"vs-{base}" / "comparison.md"
-            lines += [f"### against {base}", "", table.read_text().rstrip() if table.is_file() else
+            lines += [f"### against {base}", "", table.read_text().removeprefix(said).rstrip() if table.is_file() else
                       f"(not written yet: `python -m eval.compare ... --baseline {base}`)", "",
                       f"![{text} against {base}]({text}/vs-{base}/comparison.png)", ""]
         atomic_write(tdir / "cost.png", lambda t: cost_plot(r, text, Path(t)))
@@ -114,6 +117,14 @@ def write_report(r: Recipe) -> Path:
               f"| this report | {root / 'report.md'} |", ""]
     atomic_write(root / "report.md", lambda t: Path(t).write_text("\n".join(lines)))
     return root / "report.md"
+
+
+def _notes(r: Recipe, text: str) -> str:
+    """eval.compare's notes on the text's finished rows (retrieval hurts, few articles), said once above its
+    tables (each comparison.md begins with them too)."""
+    dirs = [r.root / "ppl" / text / name for name, _ in r.rows(text)]
+    runs = [load_run(d) for d in dirs if (d / "results.json").is_file()]
+    return notes(runs) if runs else ""
 
 
 def _passages(r: Recipe) -> str:

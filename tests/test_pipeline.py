@@ -113,7 +113,9 @@ def test_the_report_holds_every_table_and_artifact(recipe, straight):
     report = (straight / "report" / "report.md").read_text()
     assert "## eval" in report and "### against bm25" in report and "### against tiny-untrained" in report
     vs_bm25 = (straight / "report" / "eval" / "vs-bm25" / "comparison.md").read_text()
-    assert vs_bm25.strip() in report  # pasted whole
+    said, table = vs_bm25.split("\n\n", 1)  # eval.compare's notes, then the table
+    assert "**Only 4 articles**" in said and report.count(said) == 1  # said once, above the text's tables
+    assert table.strip() in report  # pasted whole
     rows = [line.split(" | ")[0].lstrip("| ") for line in vs_bm25.splitlines() if line.startswith("| ")][1:]
     assert rows == ["none", "bm25", "cosine", "tiny-untrained", "tiny", "oracle"]
     assert "gap bm25 → oracle closed" in vs_bm25 and (straight / "report" / "eval" / "cost.png").is_file()

@@ -123,6 +123,30 @@ def test_compare_adds_the_mean_of_a_rerankers_seeds():
     assert "mean of" not in table(runs[:2], "bm25")  # one seed: no mean row
 
 
+def test_compare_says_when_retrieval_hurts_and_when_articles_are_few():
+    """eval.compare's notes above its table: none beating bm25 and the oracle (each row's change against none,
+    and the levers), and intervals resting on fewer than FEW_UNITS articles; nothing when neither holds."""
+    from pathlib import Path
+
+    from eval.compare import FEW_UNITS, notes
+
+    def fake(name, ppl, articles):
+        return {"dir": Path("/runs") / name, "nll": np.zeros(12), "article": np.arange(12) % articles,
+                "results": {"reranker": name, "ppl_word": ppl}}
+
+    hurt = notes([fake("none", 300.0, 4), fake("bm25", 360.0, 4), fake("oracle", 330.0, 4)])
+    assert "**Retrieval hurts this text**: no passage (none, word ppl 300.000) beats every retrieval row: " \
+           "bm25 360.000 (+20.0%), oracle 330.000 (+10.0%) — the oracle too" in hurt
+    assert "windows.doc_max_tokens" in hurt and "**Only 4 articles**" in hurt
+    assert all(line.startswith(">") for line in hurt.strip().splitlines())
+    helps = [fake("none", 300.0, FEW_UNITS), fake("bm25", 280.0, FEW_UNITS), fake("oracle", 250.0, FEW_UNITS)]
+    assert notes(helps) == ""
+    some = notes([*helps, fake("random", 310.0, FEW_UNITS)])  # one row worse than none, bm25 better: no note
+    assert some == ""
+    bm25_only = notes([fake("none", 300.0, 12), fake("bm25", 301.0, 12), fake("oracle", 250.0, 12)])
+    assert "beats bm25 301.000 (+0.3%)." in bm25_only and "oracle too" not in bm25_only
+
+
 def test_strides_given_the_same_passage_by_the_same_lm_are_ties():
     """Rounding of differently shaped batches (zero-shot's LM head also covers its s' ranking tokens) moves
     the NLL of an unchanged stride by ~1e-5 nats on AVX-512 float32: such strides are ties in the sign test,
