@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from eval.rerankers import check_reranker, make_selector
+from eval.rerankers import LM_RANKERS, check_reranker, make_selector
 from ralm.cli import quiet_libraries
 from ralm.files import atomic_write
 from ralm.generation import Decoding
@@ -75,7 +75,7 @@ class _Opened(NamedTuple):
 def _open(model, reranker, retrieval: Retrieval, windows: Windows, ranker: Ranker, seed, device, verbose) -> _Opened:
     """The LM, its tokenizer, the selector, the search process (None for ``none``) and the windows with L
     fitted to the LM; the reranker is refused before anything loads when generation cannot use it."""
-    if reranker in ("zero-shot", "oracle"):
+    if reranker in LM_RANKERS:
         raise InputError(f"--reranker {reranker}: ranks with LM scores of future tokens and is not offered for "
                          "generation; use none, bm25, random, cosine or a trained reranker")
     uses_docs = check_reranker(reranker, ranker)
@@ -114,6 +114,9 @@ def qa(*, questions: str, model: str, reranker: str, retrieval: Retrieval, ranke
     t0 = time.time()
     qs = read_questions(questions)
     out = Path(output_dir or f"runs/qa/{Path(reranker).name}")
+    if reranker in LM_RANKERS and reranker not in LM_RERANKERS:
+        raise InputError(f"--reranker {reranker}: not offered for question answering; use {' or '.join(LM_RERANKERS)} "
+                         "(and none, for answers without a passage)")
     uses_docs = reranker in LM_RERANKERS or check_reranker(reranker, ranker)
     needs_search = uses_docs and any(q.ctxs is None for q in qs)
     if needs_search and not retrieval.index:

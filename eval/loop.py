@@ -135,16 +135,18 @@ def _choose_by_lm(wins: torch.Tensor, cands: list[list["Passage"]], batch: Strid
                   selector: Selector, docs: DocumentEncoder, run: list[Window], rank_extra: int,
                   reuse: "ReusedScores | None") -> ChunkResult:
     """Zero-shot and oracle: every candidate of every stride in one LM pass, stride by stride (a stride
-    without candidates gets one row without a document); the selector picks from the LM's sums over the
-    ranking tokens. The oracle ranks on the targets alone, so a row an earlier run scored (``reuse``, e.g.
-    the zero-shot run's table) needs no forward. Every row's target NLLs go into the result."""
+    without candidates gets one row without a document, and so does every stride for a selector that
+    ``abstains``, first); the selector picks from the LM's sums over the ranking tokens. The oracle ranks on
+    the targets alone, so a row an earlier run scored (``reuse``, e.g. the zero-shot run's table, a none run's
+    windows) needs no forward. Every row's target NLLs go into the result."""
     trg = run[0].trg_len
     n_score = trg + rank_extra
     check_ranking_window(wins.shape[1], rank_extra, trg)
+    off = int(selector.abstains)  # rows (and lm_nll columns) before a stride's candidates: its no-passage row
     owner, row_passage, first_row = [], [], []
     for b, c in enumerate(cands):
         first_row.append(len(owner))
-        for p in (c or [None]):
+        for p in ([None] * off + c if c else [None]):
             owner.append(b)
             row_passage.append(p)
     row_docid = [p.docid if p is not None else "" for p in row_passage]
@@ -160,13 +162,16 @@ def _choose_by_lm(wins: torch.Tensor, cands: list[list["Passage"]], batch: Strid
         row_doc = [next(encoded) if row_passage[r] is not None else None for r in todo]
         nll[todo] = scorer.nll(docs.condition(rows, row_doc), rows, n_score)
     rank_sum = (nll[:, :rank_extra] if selector.lm_ranking == "prefix" else nll[:, rank_extra:]).sum(1)
-    table = torch.full((len(cands), max(1, max(len(c) for c in cands))), float("inf"))  # (B, k_max)
+    n_rows = [len(c) + off if c else 1 for c in cands]
+    table = torch.full((len(cands), off + max(1, max(len(c) for c in cands))), float("inf"))  # (B, off + k_max)
     for b, c in enumerate(cands):
-        table[b, :len(c)] = rank_sum[first_row[b]:first_row[b] + len(c)]
+        if c:
+            table[b, :n_rows[b]] = rank_sum[first_row[b]:first_row[b] + n_rows[b]]
     picks = selector.select(batch, table)
-    was_reused = [any(got[r] is not None for r in range(first_row[b], first_row[b] + max(1, len(c))))
-                  for b, c in enumerate(cands)]
-    scored = [(nll[first_row[b] + max(p, 0), rank_extra:], was_reused[b]) for b, p in enumerate(picks)]
+    was_reused = [any(got[r] is not None for r in range(first_row[b], first_row[b] + n_rows[b]))
+                  for b in range(len(cands))]
+    # the pick's row: a candidate's after the no-passage row (if any); -1 is the stride's no-passage row
+    scored = [(nll[first_row[b] + (p + off if p >= 0 else 0), rank_extra:], was_reused[b]) for b, p in enumerate(picks)]
     res = _chunk_result(run, cands, picks, scored)
     targets = nll[:, rank_extra:]
     res.cand_stride = np.array([run[b].index for b in owner], dtype=np.int64)

@@ -50,8 +50,8 @@ def evaluate(*, model: str, reranker: str, text: Text, retrieval: Retrieval, ret
         raise SettingsError(f"--chunk_strides must be >= 1 (got {chunk_strides})")
     trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
     uses_docs = check_reranker(reranker, ranker)
-    if reuse_from and reranker == "zero-shot":
-        raise SettingsError("--reuse_from: --reranker zero-shot ranks on the LM's NLL of the s' tokens before the "
+    if reuse_from and reranker in ("zero-shot", "zero-shot-abstain"):
+        raise SettingsError(f"--reuse_from: --reranker {reranker} ranks on the LM's NLL of the s' tokens before the "
                             "targets, which no run keeps, so there is nothing to reuse; leave --reuse_from out")
     if reranker == "zero-shot":  # before the first chunk is saved (the loop checks each batch's window again)
         check_ranking_window(windows.max_length, windows.zero_shot_tokens, windows.stride)

@@ -37,7 +37,9 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
     Args:
         model: The frozen causal LM: a short name (python -m ralm.models list), a local directory, a .gguf
             file or a hub id.
-        reranker: none | bm25 | random | zero-shot | oracle | cosine | the path of a trained reranker.
+        reranker: none | bm25 | random | zero-shot | oracle | cosine | the path of a trained reranker; or
+            zero-shot-abstain | oracle-abstain, which also score the window without a passage and keep it where
+            no candidate does better (the abstaining oracle is never worse than none: an upper bound).
         text: The evaluation text.
         retrieval: BM25 candidates (``retrieval.index``); unused with ``retrieval_file``.
         retrieval_file: Candidates from a reference-format retrieval JSON file instead of an index.
@@ -55,7 +57,8 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
             and candidates, e.g. the bm25 run: a stride whose chosen passage is the one such a run chose
             takes that run's target NLLs instead of an LM forward (the same LM input; eval/reuse.py). A
             zero-shot or oracle run lends every candidate's (so an oracle reusing a zero-shot run, or any
-            reranker reusing either, forwards almost nothing). Not for zero-shot itself.
+            reranker reusing either, forwards almost nothing; oracle-abstain reusing an oracle and a none
+            run forwards nothing). Not for zero-shot itself.
         verbose: Show library and Java logging.
         progress: Show progress (a bar on a terminal, periodic lines otherwise).
     """

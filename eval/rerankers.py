@@ -19,8 +19,9 @@ from reranking.encoder_selectors import CosineSelector, PredictiveSelector
 from reranking.export import check_reranker as check_export
 
 BUILTIN_RERANKERS = RERANKER_NAMES
-#: Rerankers that score every candidate with an LM forward to choose (k LM rows per stride).
-LM_RANKERS = ("zero-shot", "oracle")
+#: Rerankers that score every candidate with an LM forward to choose (k LM rows per stride; the -abstain ones
+#: also the window without a passage, which they may keep).
+LM_RANKERS = ("zero-shot", "oracle", "zero-shot-abstain", "oracle-abstain")
 
 
 def is_trained(reranker: str) -> bool:
@@ -33,6 +34,9 @@ def check_reranker(reranker: str, ranker: Ranker) -> bool:
     if is_trained(reranker) and not Path(reranker).exists():
         raise InputError(f"--reranker {reranker!r}: not one of {', '.join(BUILTIN_RERANKERS)} and no such file or "
                          "directory (a trained reranker is an export directory or a Lightning .ckpt of reranking.fit)")
+    if reranker == "zero-shot-abstain" and ranker.model:
+        raise InputError("--reranker zero-shot-abstain ranks with the evaluated LM; --ranker.model (another LM) "
+                         "is for zero-shot")
     if reranker == "cosine" and not ranker.model:
         raise InputError("--reranker cosine needs --ranker.model (a sentence encoder, e.g. minilm-l6)")
     if is_trained(reranker):

@@ -7,7 +7,9 @@ real-text bi_bm25 rerankers), so a reranker's evaluation can take those strides'
 strides where it chose differently. A zero-shot or oracle run scored every candidate to choose and keeps
 each candidate's target NLLs (``candidates.npz``): reusing it, a bm25, cosine or predictive run forwards no
 stride that has a candidate, and an oracle run forwards nothing at all (it ranks on those same target NLLs; a
-zero-shot run cannot reuse, as it ranks on the s' tokens before the targets, which no run keeps). The numbers
+zero-shot run cannot reuse, as it ranks on the s' tokens before the targets, which no run keeps); a none run
+lends its windows without a passage, which the abstaining rerankers also score (oracle-abstain reusing an oracle
+and a none run forwards nothing). The numbers
 are the earlier run's own; each stride records whether it was reused (``strides.parquet``'s ``reused``,
 ``results.json``'s ``strides_reused``), and a run that reused has no cost figure.
 """
@@ -71,7 +73,8 @@ class ReusedScores:
 
 
 def _check_same_inputs(d: Path, theirs: dict, ours: dict) -> None:
-    differ = [k for k in MATCH if theirs.get(k) != ours.get(k)]
+    # a run that retrieved nothing (none) lends windows without a passage, whatever the candidates
+    differ = [k for k in MATCH if theirs.get(k) != ours.get(k) and not (k == "retrieval" and theirs.get(k) is None)]
     if theirs["text"]["sha256"] != ours["text"]["sha256"]:
         differ.insert(0, "text")
     if differ:

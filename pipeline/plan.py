@@ -31,7 +31,7 @@ from ralm.shipped import locate
 
 FIT_PRECISION = {"auto": "auto", "float32": "32-true", "bfloat16": "bf16-mixed"}
 #: Rows that score every candidate with the LM to choose: they run first and lend every candidate's LM scores.
-LENDERS = ("zero-shot", "oracle")
+LENDERS = ("zero-shot", "oracle", "zero-shot-abstain", "oracle-abstain")
 
 
 @dataclass(frozen=True)
@@ -327,15 +327,17 @@ def _evals(r: Recipe) -> list[Step]:
     for text in r.eval_texts():
         rows = r.rows(text)
         lenders: list[str] = []  # finished rows of this text whose LM scores later rows take (eval.ppl --reuse_from)
-        for name, reranker in sorted(rows, key=lambda row: row[0] not in LENDERS):
+        # the LM rankers first, then none (whose windows the abstaining ones take), the abstaining ones, the rest
+        first = ("zero-shot", "oracle", "none", "zero-shot-abstain", "oracle-abstain")
+        for name, reranker in sorted(rows, key=lambda row: first.index(row[0]) if row[0] in first else len(first)):
             out = r.root / "ppl" / text / name
             reuse = (["--reuse_from", "[" + ",".join(lenders) + "]"]
-                     if r.eval.reuse and lenders and name not in ("none", "zero-shot") else [])
+                     if r.eval.reuse and lenders and name not in ("none", "zero-shot", "zero-shot-abstain") else [])
             argv = ["--config", str(r.eval.config), *r.text_flags(text), "--retrieval.index", r.index, *reranker,
                     "--output_dir", str(out), "--cache_dir", str(r.root / "ppl" / text / "retrieval_cache"), *reuse,
                     "--scoring.dtype", r.precision, *(["--model", r.lm] if r.lm else []), *flags(r.eval.set)]
             steps.append(Step("eval", f"{text}: {name}", "eval.ppl", argv, out / "results.json"))
-            if name != "none":
+            if name != "none" or any(row.endswith("-abstain") for row, _ in rows):  # none lends its windows
                 lenders.append(str(out))
     return steps
 

@@ -231,7 +231,8 @@ class Evaluation:
         config: eval.ppl's YAML (windows, k, batch size).
         set: More eval.ppl settings, by dotted name.
         rerankers: The rows, in the report's order: none, bm25, random, zero-shot, cosine, oracle, untrained (each
-            fit's start) and trained (each fit's seeds).
+            fit's start) and trained (each fit's seeds); zero-shot-abstain and oracle-abstain may keep the window
+            without a passage (the abstaining oracle: how much of retrieval's value is knowing when not to).
         texts: The texts evaluated (default: every report text; add dev to see it too).
         lm_rankers: The texts on which zero-shot and oracle run (k LM forwards a stride; default: every text).
         reuse: Rows take the LM scores an earlier row of the same text computed for the same input (zero-shot and
@@ -246,7 +247,8 @@ class Evaluation:
     reuse: bool = True
 
     def __post_init__(self) -> None:
-        known = ("none", "bm25", "random", "zero-shot", "cosine", "oracle", "untrained", "trained")
+        known = ("none", "bm25", "random", "zero-shot", "cosine", "oracle", "zero-shot-abstain", "oracle-abstain",
+                 "untrained", "trained")
         bad = [r for r in self.rerankers if r not in known]
         if bad or not self.rerankers:
             raise SettingsError(f"eval.rerankers {bad or '[]'}: choose from {', '.join(known)}")

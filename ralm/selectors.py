@@ -46,6 +46,9 @@ class Selector(abc.ABC):
     # "prefix": the loop passes the generator's summed NLL of the s' tokens before the targets per
     # candidate; "targets": of the targets themselves (oracle); None: nothing.
     lm_ranking: Literal["prefix", "targets"] | None = None
+    # True: may choose no passage where there are candidates; an LM ranker's lm_nll then begins with a column
+    # for the window without a passage (its own first tokens kept), before the candidates'.
+    abstains: bool = False
 
     @property
     def needs_lm_scores(self) -> bool:
@@ -60,7 +63,8 @@ class Selector(abc.ABC):
         """One index into ``batch.candidates[i]`` per stride, or -1.
 
         lm_nll: (B, k_max) float32 summed NLL of the ranking tokens per candidate (``inf`` where a
-        stride has fewer candidates); given only when ``lm_ranking`` is set.
+        stride has fewer candidates); given only when ``lm_ranking`` is set; (B, 1 + k_max) when the
+        selector ``abstains``, column 0 the window without a passage.
         """
 
 
@@ -105,6 +109,18 @@ class _ArgminLM(Selector):
         # torch.argmin returns the first minimum, like the reference; inf marks missing candidates.
         picks = torch.argmin(lm_nll, dim=1).tolist()
         return [p if c else -1 for p, c in zip(picks, batch.candidates)]
+
+
+class _ArgminLMOrNone(Selector):
+    """The first minimum over no passage (column 0, so a tie keeps the window's own tokens) and the candidates."""
+
+    reads_prefix = False
+    abstains = True
+
+    def select(self, batch, lm_nll=None):
+        if lm_nll is None:
+            raise ValueError(f"the {self.name} selector needs the generator's scores (lm_nll)")
+        return [p - 1 if c else -1 for p, c in zip(torch.argmin(lm_nll, dim=1).tolist(), batch.candidates)]
 
 
 class ZeroShotLM(_ArgminLM):
@@ -174,5 +190,20 @@ class ZeroShotOtherLM(Selector):
         return picks
 
 
+class ZeroShotOrNone(_ArgminLMOrNone):
+    """Zero-shot that may take no passage: none when no candidate lowers the NLL of the s' prefix tokens."""
+
+    name = "zero-shot-abstain"
+    lm_ranking = "prefix"
+
+
+class OracleOrNone(_ArgminLMOrNone):
+    """The oracle that may take no passage: never worse than ``none`` on a stride (an upper bound, analysis only)."""
+
+    name = "oracle-abstain"
+    lm_ranking = "targets"
+
+
 BUILTIN = {"none": NoRetrieval, "bm25": BM25First, "first": BM25First, "random": RandomCandidate,
-           "zero-shot": ZeroShotLM, "oracle": Oracle}
+           "zero-shot": ZeroShotLM, "oracle": Oracle, "zero-shot-abstain": ZeroShotOrNone,
+           "oracle-abstain": OracleOrNone}

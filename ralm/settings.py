@@ -118,7 +118,8 @@ class Retrieval:
 
 
 #: What ``--reranker`` takes besides the path of a trained reranker (eval.rerankers builds them).
-RERANKER_NAMES = ("none", "bm25", "first", "random", "zero-shot", "oracle", "cosine")
+RERANKER_NAMES = ("none", "bm25", "first", "random", "zero-shot", "oracle", "zero-shot-abstain", "oracle-abstain",
+                  "cosine")
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # Accelerate's placement strategies
 

@@ -16,6 +16,8 @@ def strided_nll(model, tok, ids, cands, strategy: str, *, stride: int, max_lengt
     Documents are encoded like the reference: ``tok.encode(doc, max_length=doc_max, truncation=True)``
     (special tokens included) and overwrite the start of the window. ``row_bos``: a window read without a
     document has its first token replaced by this one (every row starting with one BOS; the reference: None).
+    ``zero-shot-abstain`` / ``oracle-abstain``: as zero-shot / oracle, but the window without a document is
+    ranked too and kept where its sum is no larger than every document's.
     """
     ids = torch.tensor(ids)
     N, nlls, prev_end = len(ids), [], 0
@@ -39,24 +41,32 @@ def strided_nll(model, tok, ids, cands, strategy: str, *, stride: int, max_lengt
             tok_nll = torch.nn.functional.cross_entropy(
                 logits[:, :-1].reshape(-1, logits.size(-1)), window[1:].repeat(len(use)), reduction="none"
             ).view(len(use), -1)
-            if strategy == "zero-shot":
-                c = int(torch.argmin(tok_nll[:, -trg - s_prime:-trg].sum(1)))
-            elif strategy == "oracle":
-                c = int(torch.argmin(tok_nll[:, -trg:].sum(1)))
+            ranked = slice(-trg - s_prime, -trg) if strategy.startswith("zero-shot") else slice(-trg, None)
+            if strategy in ("zero-shot", "oracle", "zero-shot-abstain", "oracle-abstain"):
+                c = int(torch.argmin(tok_nll[:, ranked].sum(1)))
             else:
                 c = 0
             nlls.append(tok_nll[c, -trg:])
+            if strategy.endswith("-abstain"):
+                plain = _no_document(model, window, row_bos)
+                if float(plain[ranked].sum()) <= float(tok_nll[c, ranked].sum()):
+                    nlls[-1] = plain[-trg:]
         else:
-            inp = window.clone()
-            if row_bos is not None:
-                inp[0] = row_bos
-            logits = model(inp[None]).logits.float()
-            tok_nll = torch.nn.functional.cross_entropy(logits[0, :-1], window[1:], reduction="none")
+            tok_nll = _no_document(model, window, row_bos)
             nlls.append(tok_nll[-trg:] if trg < len(window) else tok_nll)
         prev_end = end
         if end == N:
             break
     return torch.cat(nlls).double()
+
+
+def _no_document(model, window: torch.Tensor, row_bos: int | None) -> torch.Tensor:
+    """Per-token NLL of the window read without a document (its first token a BOS where ``row_bos``)."""
+    inp = window.clone()
+    if row_bos is not None:
+        inp[0] = row_bos
+    logits = model(inp[None]).logits.float()
+    return torch.nn.functional.cross_entropy(logits[0, :-1], window[1:], reduction="none")
 
 
 @torch.no_grad()

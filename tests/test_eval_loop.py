@@ -49,7 +49,8 @@ def reference_nll(model, tok, ids, cands, strategy, seed=0, row_bos=None):
 
 
 @pytest.mark.parametrize("bos", ["every_row", "passage"])
-@pytest.mark.parametrize("strategy", ["none", "bm25", "random", "zero-shot", "oracle"])
+@pytest.mark.parametrize("strategy", ["none", "bm25", "random", "zero-shot", "oracle", "zero-shot-abstain",
+                                      "oracle-abstain"])
 def test_batched_loop_matches_plain_reference(lm, setup, strategy, bos):
     """``--windows.bos passage`` is the reference exactly; ``every_row`` (the default) differs from it only where
     the tokenizer adds a BOS (the Llama here), whose windows read without a passage then start with it."""
@@ -70,6 +71,10 @@ def test_batched_loop_matches_plain_reference(lm, setup, strategy, bos):
         assert np.array_equal(res.token_ids, np.array(ids[1:]))
     if strategy == "none":
         assert (res.chosen_rank == -1).all()
+    elif strategy.endswith("-abstain"):  # no passage chosen on some strides that had candidates, not on all
+        has = np.array([len(c) > 0 for c in cands])
+        has[0] = False  # the first window never retrieves
+        assert (res.chosen_rank[has] == -1).any() and (res.chosen_rank >= 0).any()
     else:  # strides with candidates got one; strides without were scored without a document
         has = np.array([len(c) > 0 for c in cands])
         has[0] = False
@@ -87,6 +92,10 @@ def test_documents_change_the_scores(lm, setup):
     none = run_loop(ids, tok, model, BUILTIN["none"](), fn, **kw)
     oracle = run_loop(ids, tok, model, BUILTIN["oracle"](), fn, **kw)
     assert oracle.nll_sum < none.nll_sum
+    # the oracle that may abstain is never worse than none, nor than the oracle, on any stride
+    abstain = run_loop(ids, tok, model, BUILTIN["oracle-abstain"](), fn, **kw)
+    assert (abstain.stride_nll <= none.stride_nll + 1e-4).all() and (abstain.stride_nll <= oracle.stride_nll + 1e-4).all()
+    assert abstain.nll_sum < oracle.nll_sum
 
 
 def test_windows_follow_the_reference_arithmetic():

@@ -126,6 +126,30 @@ def test_reusing_an_earlier_runs_scores_gives_that_runs_numbers(tmp_path, tiny_g
     assert "differs from this one in windows" in capsys.readouterr().err
 
 
+def test_the_abstaining_oracle_takes_the_oracles_and_nones_scores(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text):
+    """oracle-abstain keeps the window without a passage where no candidate does better: per stride the smaller
+    of none's and the oracle's NLL (none on ties), so never worse than either; reusing the oracle and none runs
+    it forwards nothing after the first window and equals the run that scored everything itself."""
+    import pyarrow.parquet as pq
+
+    common = ["--model", str(tiny_gpt2_dir), "--text.file", str(eval_text), *SMALL,
+              "--retrieval.index", str(bm25_corpus["index"])]
+    none, none_dir = run(tmp_path, "none", *common, "--reranker", "none")
+    oracle, oracle_dir = run(tmp_path, "oracle", *common, "--reranker", "oracle")
+    full, full_dir = run(tmp_path, "oracle-abstain", *common, "--reranker", "oracle-abstain")
+    lent, lent_dir = run(tmp_path, "oracle-abstain-reusing", *common, "--reranker", "oracle-abstain",
+                         "--reuse_from", f"[{oracle_dir},{none_dir}]")
+    t = {d.name: pq.read_table(d / "strides.parquet").to_pydict() for d in (none_dir, oracle_dir, full_dir, lent_dir)}
+    n = full["n_strides"]
+    assert lent["strides_reused"] == n - 1 and t["oracle-abstain-reusing"]["nll"] == pytest.approx(
+        t["oracle-abstain"]["nll"], rel=1e-5)
+    best = np.minimum(t["none"]["nll"], t["oracle"]["nll"])
+    assert t["oracle-abstain"]["nll"] == pytest.approx(best, rel=1e-5)
+    kept = [s for s in range(1, n) if t["oracle-abstain"]["chosen_rank"][s] == -1 and t["oracle"]["n_candidates"][s]]
+    assert kept and all(t["none"]["nll"][s] <= t["oracle"]["nll"][s] for s in kept)
+    assert none["ppl_word"] >= full["ppl_word"] and oracle["ppl_word"] >= full["ppl_word"]
+
+
 def test_an_lm_choosing_run_lends_every_candidates_scores(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text, capsys):
     """Zero-shot and oracle keep every candidate's target NLLs (candidates.npz): an oracle reusing the
     zero-shot run, and a random reranker reusing the oracle run, forward no stride after the first and equal
