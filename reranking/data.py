@@ -88,7 +88,9 @@ class RerankCollator:
         candidate) order; ``mask``: ``BoolTensor[B, k]``; ``lm_logprobs``:
         ``FloatTensor[B, k]`` (0 on padding); ``bm25``: the candidates' BM25 scores, ``FloatTensor[B, k]``
         (0 on padding; present when every row has ``bm25_scores``; read by a reranker with ``bm25_weight``);
-        ``nodoc_logprob``: ``FloatTensor[B]`` (NaN if absent); ``ids``: ``LongTensor[B]``.
+        ``nodoc_logprob``: ``FloatTensor[B]`` (NaN if absent); ``ids``: ``LongTensor[B]``. A format that
+        ``abstain``s ends each list with "no passage" (:meth:`InputFormat.with_no_passage`), whose LM
+        log-probability is the row's ``nodoc_logprob``.
     """
 
     def __init__(self, tokenizer, fmt: InputFormat, max_candidates: int | None = None, padding: str = "longest"):
@@ -104,16 +106,25 @@ class RerankCollator:
             if len(lp) != len(d) or not d:
                 raise ValueError(f"example id={r['id']}: {len(d)} doc_texts but {len(lp)} lm_logprobs "
                                  "(need the same number, at least 1); regenerate this shard with data_gen")
+        has_bm25 = all(r.get("bm25_scores") is not None for r in rows)
+        bm25s = [list(r["bm25_scores"])[: len(d)] if has_bm25 else None for r, d in zip(rows, docs)]
+        if self.fmt.abstain:
+            missing = [r["id"] for r in rows if r.get("nodoc_logprob") is None]
+            if missing:
+                raise ValueError(f"examples {missing[:5]}: no nodoc_logprob, which a reranker that may abstain "
+                                 "trains on; regenerate the data with data_gen.build or set --model.abstain false")
+            lps = [[*lp, float(r["nodoc_logprob"])] for r, lp in zip(rows, lps)]
+            docs, bm25s = map(list, zip(*(self.fmt.with_no_passage(d, s) for d, s in zip(docs, bm25s))))
         B, k = len(rows), max(len(d) for d in docs)
         mask = torch.zeros((B, k), dtype=torch.bool)
         lm = torch.zeros((B, k), dtype=torch.float32)
-        bm25 = torch.zeros((B, k), dtype=torch.float32) if all(r.get("bm25_scores") is not None for r in rows) else None
+        bm25 = torch.zeros((B, k), dtype=torch.float32) if has_bm25 else None
         passages, pair_prefix = [], []
-        for b, (r, d, lp) in enumerate(zip(rows, docs, lps)):
+        for b, (d, lp, s) in enumerate(zip(docs, lps, bm25s)):
             mask[b, : len(d)] = True
             lm[b, : len(d)] = torch.tensor(lp, dtype=torch.float32)
             if bm25 is not None:
-                bm25[b, : len(d)] = torch.tensor(list(r["bm25_scores"])[: len(d)], dtype=torch.float32)
+                bm25[b, : len(d)] = torch.tensor(s, dtype=torch.float32)
             passages += d
             pair_prefix += [b] * len(d)
         enc = self.fmt.encode(self.tokenizer, [r["prefix_text"] for r in rows], passages, pair_prefix,

@@ -30,6 +30,7 @@ class PredictiveSelector(Selector):
     def __init__(self, model, tokenizer, fmt: InputFormat, batch_size: int = 64):
         if batch_size < 1:
             raise ValueError(f"PredictiveSelector: batch_size={batch_size} must be >= 1")
+        self.abstains = fmt.abstain  # "no passage" is one more candidate, last
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.fmt = fmt
@@ -56,12 +57,20 @@ class PredictiveSelector(Selector):
     @torch.inference_mode()
     def scores(self, batch: StrideBatch) -> list[torch.Tensor]:
         """f(x_i, d_ij) (+ the BM25 prior, as trained) for every stride i: a float32 CPU tensor of length
-        ``len(batch.candidates[i])``."""
-        found = self._text_scores(batch)
+        ``len(batch.candidates[i])``, one more (last: "no passage") for a reranker that abstains."""
+        lists = [[*c, *self._no_passage(c)] for c in batch.candidates]
+        found = self._text_scores(StrideBatch(batch.prefix_texts, lists, batch.stride_ids))
         if not self.fmt.bm25_weight:
             return found
         return [self.fmt.with_bm25(s, torch.tensor([p.score for p in c], dtype=torch.float32))
-                for s, c in zip(found, batch.candidates)]
+                for s, c in zip(found, lists)]
+
+    def _no_passage(self, cands: list) -> list[Passage]:
+        """The "no passage" candidate of a list, as training read it (:meth:`InputFormat.with_no_passage`)."""
+        if not cands:
+            return []
+        texts, bm25 = self.fmt.with_no_passage([p.document() for p in cands], [p.score for p in cands])
+        return [Passage("", "", text, score) for text, score in zip(texts[len(cands):], bm25[len(cands):])]
 
     def _text_scores(self, batch: StrideBatch) -> list[torch.Tensor]:
         if self._cosine is not None:
@@ -79,15 +88,20 @@ class PredictiveSelector(Selector):
         return list(torch.split(flat, [len(c) for c in batch.candidates]))
 
     def select(self, batch: StrideBatch, lm_nll: torch.Tensor | None = None) -> list[int]:
-        return [int(s.argmax()) if len(s) else -1 for s in self.scores(batch)]
+        # "no passage" (the last score of an abstaining reranker's list) is -1, as no candidate
+        return [int(s.argmax()) if len(s) and int(s.argmax()) < len(c) else -1
+                for s, c in zip(self.scores(batch), batch.candidates)]
 
     def rank(self, prefix: str, passages: list) -> tuple[list[float], list[int]]:
         """Library use: the scores f(prefix, passage) and the passages' indices best first. A passage is
         a ``ralm.retrieval.Passage`` or a string (``"title\ntext"``, as the reranker was trained on); a
-        reranker trained with ``bm25_weight`` adds the Passage's ``score`` (BM25) times it, 0 for a string."""
+        reranker trained with ``bm25_weight`` adds the Passage's ``score`` (BM25) times it, 0 for a string
+        (and "no passage" gets the first passage's). A reranker that may abstain adds the score of "no
+        passage" last and ranks it as index -1: passages ranked after it are ones it would not take."""
         cands = [p if isinstance(p, Passage) else Passage("", "", str(p), 0.0) for p in passages]
         scores = self.scores(StrideBatch([prefix], [cands], [0]))[0].tolist()
-        return scores, sorted(range(len(scores)), key=lambda j: -scores[j])
+        order = sorted(range(len(scores)), key=lambda j: -scores[j])
+        return scores, [j if j < len(cands) else -1 for j in order]
 
 
 class CosineSelector(Selector):

@@ -93,7 +93,9 @@ def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path, train
             "frozen_passages": getattr(model, "frozen_passages", False),
             "score": ("linear head on the first token's last hidden state" if fmt.architecture == "cross" else
                       "cosine of mean-pooled prefix and passage embeddings / cosine_temperature")
-            + (f" + {fmt.bm25_weight} x BM25 score" if fmt.bm25_weight else "")}
+            + (f" + {fmt.bm25_weight} x BM25 score" if fmt.bm25_weight else "")
+            + ("; every list also holds 'no passage' (the empty text, BM25's first score), which it may choose"
+               if fmt.abstain else "")}
     if trained:
         meta["trained"] = trained
     atomic_write(out / "README.md", lambda t: Path(t).write_text(model_card(meta)))

@@ -25,6 +25,10 @@ import torch
 from ralm.settings import EncoderInput, SettingsError
 
 
+#: The text of the "no passage" candidate of a reranker that may abstain (what its encoder reads for it).
+NO_PASSAGE = ""
+
+
 @dataclass(frozen=True)
 class InputFormat(EncoderInput):
     """An :class:`~ralm.settings.EncoderInput` with the architecture and the prior its scores get: all that
@@ -35,6 +39,10 @@ class InputFormat(EncoderInput):
     bm25_weight: float = 0.0
     """Score = f(x, d) + ``bm25_weight`` × the candidate's BM25 score: the first stage's ranking as a fixed
     prior that training learns a correction to (0: the paper's reranker, which sees the text alone)."""
+    abstain: bool = False
+    """Every list also holds "no passage" (:data:`NO_PASSAGE` as its text, BM25's first score as its prior),
+    scored like a passage: trained on the LM's log-probability without a passage; chosen, the LM's window
+    keeps its own first tokens. Off: the paper's reranker, which always retrieves."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -58,9 +66,10 @@ class InputFormat(EncoderInput):
             raise SettingsError("InputFormat: " + "; ".join(problems))
 
     @classmethod
-    def of(cls, input: EncoderInput, architecture: str, bm25_weight: float = 0.0) -> "InputFormat":
+    def of(cls, input: EncoderInput, architecture: str, bm25_weight: float = 0.0,
+           abstain: bool = False) -> "InputFormat":
         """The format of a reranker of ``architecture`` that reads ``input``."""
-        return cls(**asdict(input), architecture=architecture, bm25_weight=bm25_weight)
+        return cls(**asdict(input), architecture=architecture, bm25_weight=bm25_weight, abstain=abstain)
 
     @property
     def input(self) -> EncoderInput:
@@ -71,6 +80,13 @@ class InputFormat(EncoderInput):
     def longest(self) -> int:
         """The most encoder positions one input takes."""
         return max(self.max_prefix_tokens, self.max_passage_tokens) if self.architecture == "bi" else self.max_length
+
+    def with_no_passage(self, texts: list[str], bm25: list[float] | None) -> tuple[list[str], list[float] | None]:
+        """A candidate list (texts, BM25 scores) as this reranker ranks it: with "no passage" last when it
+        abstains (its prior BM25's first score, so the prior never prefers a passage to it)."""
+        if not self.abstain or not texts:
+            return texts, bm25
+        return [*texts, NO_PASSAGE], (None if bm25 is None else [*bm25, bm25[0]])
 
     def with_bm25(self, scores: torch.Tensor, bm25: torch.Tensor) -> torch.Tensor:
         """``scores + bm25_weight * bm25`` (``scores`` unchanged when the weight is 0)."""
@@ -83,7 +99,7 @@ class InputFormat(EncoderInput):
     def from_dict(cls, d: dict) -> "InputFormat":
         """Exports written before bi-encoders existed have no ``architecture``: they are cross-encoders."""
         known = {k: d[k] for k in ("max_length", "max_prefix_tokens", "architecture", "max_passage_tokens",
-                                   "bm25_weight", "drop") if k in d}
+                                   "bm25_weight", "drop", "abstain") if k in d}
         return cls(**known)
 
     def encode(self, tokenizer, prefixes: Sequence[str], passages: Sequence[str], pair_prefix: Sequence[int],

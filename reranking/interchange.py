@@ -39,7 +39,7 @@ def _notes(meta: dict, fmt, kind: str) -> dict:
     return {"converted_from": meta.get("encoder"), "format": kind, "architecture": fmt.architecture,
             "bm25_weight": fmt.bm25_weight, "cosine_temperature": meta.get("cosine_temperature"),
             "max_prefix_tokens": fmt.max_prefix_tokens, "prefix_truncation": "keep the last tokens",
-            "drop": list(fmt.drop), "score": meta.get("score")}
+            "drop": list(fmt.drop), "abstain": fmt.abstain, "score": meta.get("score")}
 
 
 def to_sentence_transformers(model, tokenizer, fmt, out: Path) -> None:
@@ -103,6 +103,9 @@ def convert(reranker: str, out: str) -> str:
         lines.append("  score = CrossEncoder(out, trust_remote_code=True).predict([(prefix, passage)])")
     if fmt.bm25_weight:
         lines.append(f"  + {fmt.bm25_weight} x the passage's BM25 score (a prior the format cannot hold)")
+    if fmt.abstain:
+        lines.append("  no passage: score the empty passage \"\" too (with the first passage's BM25 score); where it "
+                     "scores highest, the reranker would take none")
     lines.append(f"  prefixes: pass their last {fmt.max_prefix_tokens} encoder tokens (the project keeps the end)")
     if fmt.drop:
         lines.append(f"  remove {', '.join(map(repr, fmt.drop))} from prefixes and passages first (trained blind to them)")

@@ -21,13 +21,25 @@ from reranking.encoder_selectors import CosineSelector, PredictiveSelector
 
 
 def stored_examples(data_dir: str | Path, k: int):
-    """Every example of the shards in ``data_dir`` (a datasets.Dataset; no split) and the LM's log-probabilities
-    ``[n, k]`` of its first ``k`` candidates (-inf on missing ones)."""
+    """Every example of the shards in ``data_dir`` (a datasets.Dataset; no split), the LM's log-probabilities
+    ``[n, k]`` of its first ``k`` candidates (-inf on missing ones) and without a passage ``[n]`` (NaN where
+    not stored)."""
     ds = load_dataset("parquet", data_files=parquet_files(data_dir), split="train")
     lm = np.full((len(ds), k), -np.inf)
     for i, row in enumerate(ds["lm_logprobs"]):
         lm[i, :min(k, len(row))] = row[:k]
-    return ds, lm
+    nodoc = (np.array([np.nan if v is None else v for v in ds["nodoc_logprob"]], dtype=float)
+             if "nodoc_logprob" in ds.column_names else np.full(len(ds), np.nan))
+    return ds, lm, nodoc
+
+
+def chosen_logprob(lm: np.ndarray, nodoc: np.ndarray, picks: np.ndarray) -> np.ndarray:
+    """log p(y | chosen d; x) of each example: its candidate's, or without a passage where the pick is -1."""
+    got = np.where(picks >= 0, lm[np.arange(len(lm)), np.maximum(picks, 0)], nodoc)
+    if np.isnan(got).any():
+        raise InputError("a reranker chose no passage where the data stores no nodoc_logprob; judge it on data "
+                         "built by data_gen.build (which stores it)")
+    return got
 
 
 def choose(ds, k: int, selector, batch_size: int = 32) -> np.ndarray:
@@ -44,13 +56,16 @@ def choose(ds, k: int, selector, batch_size: int = 32) -> np.ndarray:
 
 
 def table(lm: np.ndarray, picks: dict[str, np.ndarray], against: list[str], resamples: int = 1000,
-          seed: int = 0, groups: np.ndarray | None = None) -> str:
+          seed: int = 0, groups: np.ndarray | None = None, nodoc: np.ndarray | None = None) -> str:
     """Markdown table of each chooser's mean −log p(y | chosen d), with paired bootstrap 95 % intervals
     of its difference from BM25's first (candidate 0) and from each chooser in ``against``. ``groups``
     (an integer per example, e.g. its article): resample whole groups, since examples of one article are
-    not independent; the mean of a resample is its examples' mean (singleton groups: the plain bootstrap)."""
+    not independent; the mean of a resample is its examples' mean (singleton groups: the plain bootstrap).
+    A pick of -1 is no passage (``nodoc``: log p(y | x) per example); a column says how often, where any did."""
     n = len(lm)
-    nll = {name: -lm[np.arange(n), p] for name, p in picks.items()}
+    nodoc = np.full(n, np.nan) if nodoc is None else nodoc
+    nll = {name: -chosen_logprob(lm, nodoc, p) for name, p in picks.items()}
+    abstained = any((p < 0).any() for p in picks.values())
     bm25, oracle = -lm[:, 0], -lm.max(1)
     groups = np.arange(n) if groups is None else np.unique(groups, return_inverse=True)[1]
     g = int(groups.max()) + 1 if n else 0
@@ -63,28 +78,33 @@ def table(lm: np.ndarray, picks: dict[str, np.ndarray], against: list[str], resa
         return f"{d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
     head = ["reranker", "mean -log p(y given chosen d)", "gap captured", "chosen = BM25's first",
-            "vs BM25's first [95% CI]"] + [f"vs {a} [95% CI]" for a in against]
+            *(["no passage chosen"] if abstained else []), "vs BM25's first [95% CI]"] + [f"vs {a} [95% CI]" for a in against]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for name, p in picks.items():
         cells = [name, f"{nll[name].mean():.3f}", f"{(bm25.mean() - nll[name].mean()) / (bm25.mean() - oracle.mean()):.1%}",
-                 f"{(p == 0).mean():.1%}", diff(nll[name], bm25)]
+                 f"{(p == 0).mean():.1%}", *([f"{(p < 0).mean():.1%}"] if abstained else []), diff(nll[name], bm25)]
         cells += ["-" if a == name else diff(nll[name], nll[a]) for a in against]
         lines.append("| " + " | ".join(cells) + " |")
     unit = "examples" if g == n else f"{g} articles"
-    return (f"{n} examples; BM25's first {bm25.mean():.3f}, oracle {oracle.mean():.3f} "
+    none = (f", no passage {-np.nanmean(nodoc):.3f}, the oracle that may abstain "
+            f"{-np.fmax(lm.max(1), nodoc).mean():.3f}" if not np.isnan(nodoc).any() else "")
+    return (f"{n} examples; BM25's first {bm25.mean():.3f}, oracle {oracle.mean():.3f}{none} "
             f"(mean -log p(y | d; x) per target; intervals resample {unit})\n\n" + "\n".join(lines) + "\n")
 
 
-def summary(lm: np.ndarray, picks: dict[str, np.ndarray]) -> dict:
+def summary(lm: np.ndarray, picks: dict[str, np.ndarray], nodoc: np.ndarray) -> dict:
     """The table's point estimates as data: each chooser's mean −log p(y | chosen d), the share of the gap from
-    BM25's first to the oracle it captures, and how often it chose BM25's first."""
-    n = len(lm)
+    BM25's first to the oracle it captures, how often it chose BM25's first and no passage."""
     bm25, oracle = float(-lm[:, 0].mean()), float(-lm.max(1).mean())
     rows = {}
     for name, p in picks.items():
-        nll = float(-lm[np.arange(n), p].mean())
-        rows[name] = {"nll": nll, "gap_captured": (bm25 - nll) / (bm25 - oracle), "bm25_first": float((p == 0).mean())}
-    return {"examples": n, "bm25_first_nll": bm25, "oracle_nll": oracle, "rows": rows}
+        nll = float(-chosen_logprob(lm, nodoc, p).mean())
+        rows[name] = {"nll": nll, "gap_captured": (bm25 - nll) / (bm25 - oracle), "bm25_first": float((p == 0).mean()),
+                      "no_passage": float((p < 0).mean())}
+    full = not np.isnan(nodoc).any()
+    return {"examples": len(lm), "bm25_first_nll": bm25, "oracle_nll": oracle,
+            "no_passage_nll": float(-nodoc.mean()) if full else None,
+            "oracle_abstain_nll": float(-np.fmax(lm.max(1), nodoc).mean()) if full else None, "rows": rows}
 
 
 class PickCache:
@@ -128,7 +148,7 @@ def judge(data: str, rerankers: list[str] | None, cosine: str | None, input: Enc
     if out and Path(out).suffix == ".json":
         raise InputError(f"--out {out}: the table's file (e.g. judge.md); its numbers go beside it as .json")
     dev = resolve_device(device)
-    ds, lm = stored_examples(data, k)
+    ds, lm, nodoc = stored_examples(data, k)
     cache = PickCache(Path(data), k)
     picks = {}
     if cosine:
@@ -143,9 +163,9 @@ def judge(data: str, rerankers: list[str] | None, cosine: str | None, input: Enc
     bad = [a for a in against or [] if a not in picks]
     if bad or not picks:
         raise InputError(f"--against {bad}: not a row (rows: {', '.join(picks) or 'none: give --rerankers or --cosine'})")
-    text = table(lm, picks, list(against or []), groups=article_of(ds) if by_article else None)
+    text = table(lm, picks, list(against or []), groups=article_of(ds) if by_article else None, nodoc=nodoc)
     if out:
         atomic_write(Path(out), lambda t: Path(t).write_text(text))
-        numbers = json.dumps(summary(lm, picks), indent=1)
+        numbers = json.dumps(summary(lm, picks, nodoc), indent=1)
         atomic_write(Path(out).with_suffix(".json"), lambda t: Path(t).write_text(numbers))
     return text

@@ -96,6 +96,9 @@ class RerankerSystem(pl.LightningModule):
         hidden_dropout: the encoder's dropout on hidden states (``None``: its config's, 0.1 for MiniLM), drawn
             twice a layer over every token; on a CPU the largest cost besides the matrix products once
             attention dropout is off.
+        abstain: every candidate list also holds "no passage", trained on the LM's log-probability without
+            one (the data's ``nodoc_logprob``); a reranker that chooses it keeps the window's own tokens
+            (:attr:`reranking.inputs.InputFormat.abstain`; off: the paper's, which always retrieves).
         init_from: a reranker export (encoder *and* head, e.g. one pretrained on other data) whose
             weights to start from; its architecture must be ``encoder``'s. Use ``pretrained: false``.
         loss: ``"marginal"`` (marginal likelihood, the paper's), ``"distill"`` (KL to softmax(lm/τ)) or
@@ -107,8 +110,8 @@ class RerankerSystem(pl.LightningModule):
     def __init__(self, encoder: str = "roberta-base", pretrained: bool = True, architecture: str = "cross",
                  input: EncoderInput = EncoderInput(), bm25_weight: float = 0.0, cosine_temperature: float = 0.05,
                  passage_grad: bool = True, frozen_passages: bool = False, attention_dropout: float | None = None,
-                 hidden_dropout: float | None = None, init_from: str | None = None, loss: str = "marginal",
-                 temperature: float = 1.0, optimizer: Optimizer = Optimizer()):
+                 hidden_dropout: float | None = None, abstain: bool = False, init_from: str | None = None,
+                 loss: str = "marginal", temperature: float = 1.0, optimizer: Optimizer = Optimizer()):
         super().__init__()
         input = input if isinstance(input, EncoderInput) else EncoderInput(**input)  # hparams of a checkpoint
         optimizer = optimizer if isinstance(optimizer, Optimizer) else Optimizer(**optimizer)
@@ -120,10 +123,11 @@ class RerankerSystem(pl.LightningModule):
                                    "input": asdict(input), "bm25_weight": bm25_weight,
                                    "cosine_temperature": cosine_temperature, "passage_grad": passage_grad,
                                    "frozen_passages": frozen_passages, "attention_dropout": attention_dropout,
-                                   "hidden_dropout": hidden_dropout, "init_from": init_from, "loss": loss,
+                                   "hidden_dropout": hidden_dropout, "abstain": abstain, "init_from": init_from,
+                                   "loss": loss,
                                    "temperature": temperature, "optimizer": asdict(optimizer)})
         self.optim = optimizer
-        self.fmt = InputFormat.of(input, architecture, bm25_weight)
+        self.fmt = InputFormat.of(input, architecture, bm25_weight, abstain)
         try:
             self.model = make_model(architecture, encoder, pretrained=pretrained, temperature=cosine_temperature,
                                     passage_grad=passage_grad, attention_dropout=attention_dropout,

@@ -3,6 +3,7 @@
 import re
 
 import numpy as np
+import pytest
 
 from reranking.judging import table
 
@@ -50,3 +51,24 @@ def test_per_article_intervals_resample_whole_articles():
     lo, hi = _loop_interval(d, groups.tolist(), draws)
     assert _intervals(text)[1][1:] == (round(lo, 3), round(hi, 3))
     assert _intervals(text)[1][0] == round(float(np.mean(d)), 3)  # the point estimate stays the examples' mean
+
+
+def test_a_choice_of_no_passage_counts_the_lms_log_probability_without_one():
+    """A pick of -1 (a reranker that may abstain) is scored with the stored log p(y | x); the table says how
+    often each row took no passage and gives no passage and the abstaining oracle in its header; the JSON
+    numbers are the same means."""
+    from reranking.judging import summary
+
+    lm, picks = _case(seed=2)
+    n = len(lm)
+    nodoc = lm.max(1) + np.where(np.arange(n) % 3 == 0, 1.0, -1.0)  # better than every passage on a third
+    abstaining = np.where(nodoc > lm.max(1), -1, lm.argmax(1))
+    picks = {**picks, "c": abstaining}
+    text = table(lm, picks, [], resamples=50, nodoc=nodoc)
+    want = -np.mean([nodoc[i] if p < 0 else lm[i, p] for i, p in enumerate(abstaining)])
+    row = next(line for line in text.splitlines() if line.startswith("| c |"))
+    assert row.split(" | ")[1] == f"{want:.3f}" and f"| {np.mean(abstaining < 0):.1%} |" in row
+    assert f"no passage {-nodoc.mean():.3f}, the oracle that may abstain {want:.3f}" in text
+    numbers = summary(lm, picks, nodoc)
+    assert numbers["rows"]["c"]["nll"] == pytest.approx(want) and numbers["oracle_abstain_nll"] == pytest.approx(want)
+    assert numbers["rows"]["a"]["no_passage"] == 0.0

@@ -704,3 +704,83 @@ def test_dropped_strings_are_unread_alike_in_training_and_evaluation(tiny_bert_d
     with pytest.raises(Exception, match="drop"):
         InputFormat(drop=("",))
     assert InputFormat.from_dict(InputFormat(drop=["<unk>"]).to_dict()).drop == ("<unk>",)
+
+
+@pytest.mark.parametrize("architecture", ["bi", "cross"])
+def test_a_reranker_that_may_abstain_ranks_no_passage_alike_in_training_and_evaluation(
+        tiny_bert_dir, rerank_data_dir, tmp_path, architecture):
+    """``abstain``: every list ends with "no passage" (the empty text, BM25's first score as its prior, the
+    LM's log p(y | x) as its target); the loss is the plain expected NLL over the k + 1; the exported selector
+    scores the list as the training batch did, chooses -1 where "no passage" scores highest, and its rank()
+    places it as -1. Trained where no passage is always best, it learns to take none."""
+    import lightning.pytorch as pl
+    import pyarrow.parquet as pq
+    from datasets import load_dataset
+
+    from ralm.retrieval import Passage
+    from ralm.selectors import StrideBatch
+    from reranking.data import RerankDataModule, parquet_files
+    from reranking.encoder_selectors import PredictiveSelector
+    from reranking.export import export
+    from reranking.system import Optimizer, RerankerSystem
+
+    kw = dict(encoder=str(tiny_bert_dir), architecture=architecture, bm25_weight=0.5, loss="expected",
+              input=EncoderInput(max_length=48, max_prefix_tokens=16, max_passage_tokens=24), abstain=True)
+    torch.manual_seed(0)
+    system = RerankerSystem(**kw).eval()
+    dm = RerankDataModule(str(rerank_data_dir), val_fraction=0.25, batch_size=4,
+                          num_workers=0).reading(str(tiny_bert_dir), system.fmt)
+    dm.setup("fit")
+    batch = next(iter(dm.val_dataloader()))
+    by_id = {r["id"]: r for r in load_dataset("parquet", data_files=parquet_files(rerank_data_dir), split="train")}
+    rows = [by_id[int(i)] for i in batch["ids"]]
+    for b, r in enumerate(rows):
+        n = len(r["doc_texts"])
+        assert int(batch["mask"][b].sum()) == n + 1
+        assert float(batch["lm_logprobs"][b, n]) == pytest.approx(r["nodoc_logprob"])
+        assert float(batch["bm25"][b, n]) == pytest.approx(r["bm25_scores"][0])
+    with torch.no_grad():
+        scores = system.score_batch(batch)
+        loss = float(system.loss_fn(scores, batch["lm_logprobs"], batch["mask"]))
+    plain = []
+    for b, r in enumerate(rows):
+        s = scores[b, : len(r["doc_texts"]) + 1].double()
+        targets = torch.tensor([*r["lm_logprobs"], r["nodoc_logprob"]], dtype=torch.float64)
+        plain.append(float((torch.softmax(s, 0) * -targets).sum()))
+    assert loss == pytest.approx(sum(plain) / len(plain), rel=1e-5)
+    sel = PredictiveSelector.from_path(export(system, tmp_path / "export"), batch_size=3)
+    assert sel.fmt.abstain and sel.abstains
+    cands = [[Passage(f"d{j}", "", t, s) for j, (t, s) in enumerate(zip(r["doc_texts"], r["bm25_scores"]))] for r in rows]
+    strides = StrideBatch([r["prefix_text"] for r in rows], cands, list(range(len(rows))))
+    got = sel.scores(strides)
+    for b, g in enumerate(got):
+        torch.testing.assert_close(g, scores[b, : len(g)], rtol=1e-4, atol=1e-4)
+    assert sel.select(strides) == [int(g.argmax()) if int(g.argmax()) < len(c) else -1 for g, c in zip(got, cands)]
+    s, order = sel.rank(rows[0]["prefix_text"], cands[0])
+    assert sorted(order) == [-1, *range(len(cands[0]))] and [s[j] for j in order] == sorted(s, reverse=True)
+
+    # no passage always best by 20 nats: training moves the choice to it
+    best = tmp_path / "none-best"
+    best.mkdir()
+    for f in parquet_files(rerank_data_dir):
+        t = pq.read_table(f).to_pylist()
+        for r in t:
+            r["nodoc_logprob"] = max(r["lm_logprobs"]) + 20.0
+        pq.write_table(pq.read_table(f).from_pylist(t, schema=pq.read_table(f).schema), best / f.split("/")[-1])
+    torch.manual_seed(0)
+    learner = RerankerSystem(**kw, optimizer=Optimizer(lr=1e-3, warmup_steps=0, total_steps=60))
+    data = RerankDataModule(str(best), val_fraction=0.25, batch_size=4, num_workers=0).reading(str(tiny_bert_dir),
+                                                                                               learner.fmt)
+    data.setup("fit")
+
+    def abstains() -> float:  # the share of validation examples whose choice is no passage (each list's last)
+        learner.eval()
+        with torch.no_grad():
+            picks = [(int(sc[:int(m.sum())].argmax()), int(m.sum()) - 1)
+                     for b in data.val_dataloader() for sc, m in zip(learner.score_batch(b), b["mask"])]
+        return sum(p == last for p, last in picks) / len(picks)
+
+    before = abstains()
+    pl.Trainer(max_steps=60, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, limit_val_batches=0).fit(learner, datamodule=data)
+    assert before < 0.5 and abstains() >= 0.9, before
