@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 
-from ralm.cli import run
+from ralm.cli import parse, run
 from ralm.lock import claim
 from ralm.settings import WIKITEXT103_TEST, WIKITEXT103_TRAIN, Devices, Retrieval, Scoring, Text, Windows
 
@@ -65,20 +65,38 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
         targets: Several examples per LM window (m targets, each with its own prefix) and whose BM25 list
             each scores: several times fewer LM forwards per example (1, the default: the paper's data).
     """
-    b = BuildConfig(examples=examples, seed=seed, shard_size=shard_size, model=model, text=text, eval_text=eval_text,
-                    retrieval=retrieval, windows=windows, exclude_source=exclude_source, targets=targets)
-    r = RunConfig(out=out, stage=stage, batch_examples=batch_examples, scoring=scoring, num_workers=num_workers,
-                  retrieval_batch=retrieval_batch, keep_work=keep_work, trainer=trainer, verbose=verbose,
-                  progress=progress)
-    trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
+    b, r = _configs(examples, seed, shard_size, model, text, eval_text, retrieval, windows, out, stage, batch_examples,
+                    scoring, num_workers, retrieval_batch, keep_work, trainer, verbose, progress, exclude_source,
+                    targets)
     from .job import build_dataset  # the LM's tokenizer, torch, Lightning: seconds that --help does without
 
     with claim(r.out, "--out"):  # a second build on the same --out is refused, not mixed in
         return build_dataset(b, r)
 
 
+def _configs(examples, seed, shard_size, model, text, eval_text, retrieval, windows, out, stage, batch_examples,
+             scoring, num_workers, retrieval_batch, keep_work, trainer, verbose, progress, exclude_source,
+             targets) -> tuple[BuildConfig, RunConfig]:
+    """The settings checked and grouped, before anything is read or written."""
+    b = BuildConfig(examples=examples, seed=seed, shard_size=shard_size, model=model, text=text, eval_text=eval_text,
+                    retrieval=retrieval, windows=windows, exclude_source=exclude_source, targets=targets)
+    r = RunConfig(out=out, stage=stage, batch_examples=batch_examples, scoring=scoring, num_workers=num_workers,
+                  retrieval_batch=retrieval_batch, keep_work=keep_work, trainer=trainer, verbose=verbose,
+                  progress=progress)
+    trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
+    return b, r
+
+
+def check(argv: list[str]) -> None:
+    """The settings of ``python -m data_gen.build ARGV`` checked without running it (the pipeline, up front)."""
+    _configs(**parse(build, argv, PROG))
+
+
+PROG = "python -m data_gen.build"
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run(build, argv, "python -m data_gen.build", description=__doc__, after=lambda m, kw: 0)
+    return run(build, argv, PROG, description=__doc__, after=lambda m, kw: 0)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,19 @@ from ralm.stage import Tokens, open_lm, tokenize_text
 from ralm.text import word_count
 
 
+def check_settings(*, reranker: str, windows: Windows, scoring: Scoring, trainer: Devices, chunk_strides: int,
+                   reuse_from: list[str] | str | None, **_) -> None:
+    """What is wrong in the settings alone, before any file is read (also the pipeline's check up front)."""
+    if chunk_strides < 1:
+        raise SettingsError(f"--chunk_strides must be >= 1 (got {chunk_strides})")
+    trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
+    if reuse_from and reranker in ("zero-shot", "zero-shot-abstain"):
+        raise SettingsError(f"--reuse_from: --reranker {reranker} ranks on the LM's NLL of the s' tokens before the "
+                            "targets, which no run keeps, so there is nothing to reuse; leave --reuse_from out")
+    if reranker in ("zero-shot", "zero-shot-abstain"):  # before the first chunk (the loop checks each batch again)
+        check_ranking_window(windows.max_length, windows.zero_shot_tokens, windows.stride)
+
+
 def evaluate(*, model: str, reranker: str, text: Text, retrieval: Retrieval, retrieval_file: str | None,
              windows: Windows, ranker: Ranker, scoring: Scoring, trainer: Devices, output_dir: str | None,
              cache_dir: str | None, save_retrieval_file: str | None, chunk_strides: int, seed: int, keep_work: bool,
@@ -46,15 +59,9 @@ def evaluate(*, model: str, reranker: str, text: Text, retrieval: Retrieval, ret
     results (``{}`` on a rank other than global rank 0)."""
     quiet_libraries(verbose)
     t0 = time.time()
-    if chunk_strides < 1:
-        raise SettingsError(f"--chunk_strides must be >= 1 (got {chunk_strides})")
-    trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
+    check_settings(reranker=reranker, windows=windows, scoring=scoring, trainer=trainer, chunk_strides=chunk_strides,
+                   reuse_from=reuse_from)
     uses_docs = check_reranker(reranker, ranker)
-    if reuse_from and reranker in ("zero-shot", "zero-shot-abstain"):
-        raise SettingsError(f"--reuse_from: --reranker {reranker} ranks on the LM's NLL of the s' tokens before the "
-                            "targets, which no run keeps, so there is nothing to reuse; leave --reuse_from out")
-    if reranker == "zero-shot":  # before the first chunk is saved (the loop checks each batch's window again)
-        check_ranking_window(windows.max_length, windows.zero_shot_tokens, windows.stride)
     if uses_docs and not (retrieval.index or retrieval_file):
         raise InputError(f"--reranker {reranker} needs candidates: pass --retrieval.index or --retrieval_file")
     if uses_docs and not retrieval_file:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ralm.cli import run
+from ralm.cli import parse, run
 from ralm.settings import WIKITEXT103_TEST, Devices, Ranker, Retrieval, Scoring, Text, Windows
 
 
@@ -70,6 +70,16 @@ def ppl(model: str = "gpt2", reranker: str = "bm25", text: Text = WIKITEXT103_TE
                     seed=seed, keep_work=keep_work, reuse_from=reuse_from, verbose=verbose, progress=progress)
 
 
+def check(argv: list[str]) -> None:
+    """The settings of ``python -m eval.ppl ARGV`` checked without running it (the pipeline, up front)."""
+    from eval.perplexity import check_settings
+
+    check_settings(**parse(ppl, argv, PROG))
+
+
+PROG = "python -m eval.ppl"
+
+
 def _report(results: dict, kwargs: dict) -> int:
     if results:
         from eval.results import default_output_dir, markdown_table
@@ -81,7 +91,7 @@ def _report(results: dict, kwargs: dict) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(ppl, argv, "python -m eval.ppl", description=__doc__, after=_report)
+    return run(ppl, argv, PROG, description=__doc__, after=_report)
 
 
 if __name__ == "__main__":

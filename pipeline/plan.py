@@ -103,6 +103,14 @@ class Recipe:
                            *((f"fits.{f.name}.configs", c) for f in self.fits for c in f.configs)):
             if not path or not Path(path).is_file():
                 raise SettingsError(f"{what}: {path!r} is not a file")
+        for f in self.fits:
+            _check_schedule(f)
+        rows = {name for text in self.eval_texts() for name, _ in self.rows(text)}
+        bad = [b for b in self.report.baselines
+               if not (b in rows or b == "untrained" and any(n.endswith("-untrained") for n in rows))]
+        if bad:
+            raise SettingsError(f"report.baselines {bad}: not an evaluated row (rows: {', '.join(sorted(rows))}); add "
+                                "it to eval.rerankers (untrained: a fit with untrained: true) or leave it out")
 
     @property
     def root(self) -> Path:
@@ -206,6 +214,19 @@ def fit_settings(fit: Fit) -> dict:
     return merged
 
 
+def _check_schedule(fit: Fit) -> None:
+    """A fit's steps and validation schedule, from its merged settings: a negative step count, or one that
+    ends before the first validation (no best checkpoint, nothing monitored), is refused up front."""
+    t = fit_settings(fit).get("trainer") or {}
+    steps, every = t.get("max_steps"), t.get("val_check_interval")
+    where = f"fits ({fit.name}): trainer.max_steps {steps}"
+    if steps is not None and (not isinstance(steps, int) or steps < -1):
+        raise SettingsError(f"{where} must be a whole number >= 0 (-1: no limit)")
+    if isinstance(steps, int) and steps > 0 and isinstance(every, int) and every > steps:
+        raise SettingsError(f"{where} ends before the first validation (trainer.val_check_interval {every}): the fit "
+                            f"would never validate; set trainer.val_check_interval to at most {steps}")
+
+
 def _merge(into: dict, new: dict) -> None:
     for k, v in new.items():
         if isinstance(v, dict) and isinstance(into.get(k), dict):
@@ -275,7 +296,7 @@ def _build(r: Recipe, data: Data, text: list[str], out: Path, prefixes: str, wha
             *(["--model", r.lm] if r.lm else []), *flags(data.set)]
     done = out / "manifest.json"
     if not data.scores:
-        return [Step("data", f"LM-scored {what}", "data_gen.build", argv, done)]
+        return [Step("data", f"{what}, LM-scored", "data_gen.build", argv, done)]
     return [Step("data", f"BM25 candidates of {prefixes}", "data_gen.build", [*argv, "--stage", "retrieve"], done),
             Step("data", "the LM's scores from the scores file", "data_gen.scores_file",
                  ["import", *data.scores_files, str(out)], done),

@@ -20,6 +20,8 @@ from typing import Iterator, TextIO
 
 import numpy as np
 
+import data_gen.build
+import eval.ppl
 from data_gen.scores_file import shard_hashes
 from pipeline.plan import Recipe, Step
 from pipeline.report import write_report
@@ -95,8 +97,28 @@ def run_step(r: Recipe, step: Step) -> int:
         return 130
 
 
+#: The commands whose settings the pipeline checks before its first step: ``check(argv)`` of each module.
+CHECKED = {"data_gen.build": data_gen.build.check, "eval.ppl": eval.ppl.check}
+
+
+def check(steps: list[Step]) -> None:
+    """Every pending step's settings as its command would check them, before any step runs: a bad value in a
+    recipe's ``set:`` fails now, not after the stages before it (raises the command's :class:`InputError`)."""
+    for step in steps:
+        if step.module in CHECKED and not step.finished():
+            try:
+                CHECKED[step.module](step.argv)
+            except InputError as e:
+                raise InputError(f"{step.stage} step '{step.title}': {' '.join(str(e).split())}") from None
+
+
 def run(r: Recipe, steps: list[Step]) -> int:
     """Carry out ``steps`` (skipping finished ones); the exit status of the first that fails, else 0."""
+    try:
+        check(steps)
+    except InputError as e:
+        say(f"error: {e}; nothing was run")
+        return 2
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = time.time()
     try:

@@ -257,7 +257,8 @@ def test_every_shipped_recipe_parses_into_a_plan(capsys):
 
 def test_a_recipes_mistakes_are_one_line_and_nothing_is_written(tmp_path, capsys):
     """An unknown reranker row, a seed twice, a report text the eval does not know, a judge without held-out
-    articles or against an unknown row: exit 2, one line naming the setting, before any stage writes anything."""
+    articles or against an unknown row, a baseline nobody evaluates, a fit that never validates, a stage's bad
+    value in set: exit 2, one line naming the setting, before any stage writes anything."""
     demo = str(ROOT / "configs" / "recipes" / "demo.yaml")
     out = tmp_path / "out"
     for flags, said in ((["--eval.rerankers", "[none,bm25,bm3]"], "eval.rerankers ['bm3']"),
@@ -266,7 +267,15 @@ def test_a_recipes_mistakes_are_one_line_and_nothing_is_written(tmp_path, capsys
                         (["--precision", "fp8"], "--precision 'fp8'"),
                         (["--judge", "{config: configs/demo/build.yaml}"], "give split.heldout_fraction > 0"),
                         (["--split.heldout_fraction", "0.5", "--judge", "{config: configs/demo/build.yaml, against: [x]}"],
-                         "judge.against ['x']")):
+                         "judge.against ['x']"),
+                        (["--report.baselines", "[bm25, random]"], "report.baselines ['random']: not an evaluated row"),
+                        (["--fits", '[{name: p, configs: [configs/demo/fit.yaml], set: {trainer.max_steps: -5}}]'],
+                         "trainer.max_steps -5 must be"),
+                        (["--fits", '[{name: p, configs: [configs/demo/fit.yaml], set: {trainer.max_steps: 30}}]'],
+                         "would never validate"),
+                        # checked by the stage's own command before the first stage runs
+                        (["--eval.set", "{windows.stride: -4}"], "eval step 'eval: zero-shot': invalid windows"),
+                        (["--data.set", "{examples: 0}"], "data step 'the training set, LM-scored': invalid build")):
         assert _pipeline("--config", demo, "--out", str(out), *flags) == 2, flags
         err = capsys.readouterr().err
         assert said in err and len([line for line in err.splitlines() if "error:" in line]) == 1, err
