@@ -50,6 +50,7 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
         print_plan: Print the commands (marking those done) and run nothing.
     """
     from pipeline.plan import Recipe, describe, plan, select  # yaml and the stages' settings only
+    from pipeline.stamps import Ledger
     from pipeline.runner import run as run_plan  # the stages: torch, Lightning
 
     if precision not in PRECISIONS:
@@ -62,7 +63,8 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
                     judge=judge, eval=eval, report=report, precision=precision, argv=_argv())
     steps = select(plan(recipe), stage, until)
     if print_plan:
-        print(describe(steps), end="")
+        ledger = Ledger(recipe, plan(recipe))
+        print(describe(steps, {i: why for i, s in enumerate(steps) if (why := ledger.stale(s, adopt=False))}), end="")
         return 0
     return run_plan(recipe, steps)
 

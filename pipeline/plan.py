@@ -387,14 +387,16 @@ def select(steps: list[Step], stage: str | None, until: str | None) -> list[Step
     return steps
 
 
-def describe(steps: list[Step]) -> str:
-    """The plan as shell lines, stage by stage, marking what is done already."""
+def describe(steps: list[Step], stale: dict[int, str] | None = None) -> str:
+    """The plan as shell lines, stage by stage, marking what is done already (or stale: ``stale`` by step
+    index, why)."""
     lines, stage = [], None
-    for s in steps:
+    for i, s in enumerate(steps):
         if s.stage != stage:
             stage = s.stage
             lines.append(f"\n# {stage}")
-        lines.append(s.command() + ("   # done" if s.finished() else ""))
+        why = (stale or {}).get(i)
+        lines.append(s.command() + (f"   # stale: {why}" if why else "   # done" if s.finished() else ""))
     return "\n".join(lines).lstrip("\n") + "\n"
 
 

@@ -23,8 +23,9 @@ import numpy as np
 import data_gen.build
 import eval.ppl
 from data_gen.scores_file import shard_hashes
-from pipeline.plan import Recipe, Step
+from pipeline.plan import Recipe, Step, plan
 from pipeline.report import write_report
+from pipeline.stamps import Ledger, describe_stale
 from pipeline.texts import write_texts
 from ralm.cli import run_module
 from ralm.settings import InputError
@@ -114,8 +115,13 @@ def check(steps: list[Step]) -> None:
 
 def run(r: Recipe, steps: list[Step]) -> int:
     """Carry out ``steps`` (skipping finished ones); the exit status of the first that fails, else 0."""
+    ledger = Ledger(r, plan(r))
     try:
         check(steps)
+        for step in steps:
+            why = ledger.stale(step)
+            if why:
+                raise InputError(describe_stale(step, why))
     except InputError as e:
         say(f"error: {e}; nothing was run")
         return 2
@@ -138,6 +144,8 @@ def run(r: Recipe, steps: list[Step]) -> int:
                         "and rerun the same command to continue")
                     return rc
                 say(f"{head}: finished in {time.time() - t:.0f}s")
+                if step.finished():
+                    ledger.record(step)
                 if step.stage == "data" and step.finished():
                     _check_scores(r)
             say(f"all {len(steps)} step(s) done in {time.time() - t0:.0f}s"

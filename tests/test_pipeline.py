@@ -109,6 +109,34 @@ def test_the_plan_lists_the_commands_and_what_is_done(recipe, straight, capsys):
     assert set(re.findall(r"python -m ([\w.]+)", capsys.readouterr().out)) == {"reranking.fit"}
 
 
+def test_a_changed_input_makes_its_step_and_the_steps_reading_it_stale(recipe, straight, capsys):
+    """Every finished step records what it was built from (OUT/steps/): a fit YAML edited in place makes the
+    fits stale, and through their exports the rows evaluating them, not the data or the other rows; the plan
+    marks them, a run refuses before running anything (exit 2, naming the file and what to remove), and the
+    same content again is done again."""
+    fit = recipe.parent / "fit.yaml"
+    original = fit.read_text()
+    assert (straight / "steps").is_dir()
+    try:
+        fit.write_text(original + "# edited\n")
+        assert _pipeline("--config", str(recipe), "--out", str(straight), "--print_plan") == 0
+        plan = capsys.readouterr().out
+        stale = [line for line in plan.splitlines() if "   # stale: " in line]
+        assert {line.split("--export_dir ")[-1].split()[0] for line in stale if "reranking.fit" in line} == {
+            str(straight / "rerankers" / "tiny-untrained"), str(straight / "rerankers" / "tiny")}
+        assert all(f"{fit} changed" in line for line in stale if "reranking.fit" in line)
+        rows = {line.split("--output_dir ")[-1].split()[0].rsplit("/", 1)[-1] for line in stale if "eval.ppl" in line}
+        assert rows == {"tiny-untrained", "tiny"} and not any("data_gen" in line for line in stale)
+        assert _pipeline("--config", str(recipe), "--out", str(straight)) == 2
+        err = capsys.readouterr().err
+        assert "is stale: " in err and f"{fit} changed since it was built" in err and "nothing was run" in err
+        assert f"remove {straight / 'rerankers'}" in err
+    finally:
+        fit.write_text(original)
+    assert _pipeline("--config", str(recipe), "--out", str(straight), "--print_plan") == 0
+    assert "# stale" not in capsys.readouterr().out
+
+
 def test_the_report_holds_every_table_and_artifact(recipe, straight):
     report = (straight / "report" / "report.md").read_text()
     assert "## eval" in report and "### against bm25" in report and "### against tiny-untrained" in report
