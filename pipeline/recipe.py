@@ -20,12 +20,13 @@ class Source:
 
     Args:
         file: A path: a text file (raw WikiText layout with `` = Title = `` headings, or plain UTF-8), a .jsonl
-            file (Pyserini or BEIR records), a .parquet file, a Hugging Face dataset saved with save_to_disk, or
-            a folder of .txt files (one document each); records are read as titled articles.
+            file (Pyserini or BEIR records), a .tsv (MS MARCO's id<TAB>text, or with a header) or .csv file (with
+            a header), each also .gz, a .parquet file, a Hugging Face dataset saved with save_to_disk, or a folder
+            of .txt files (one document each, subfolders too); records are read as titled articles.
         dataset: Instead of a file, a Hugging Face hub dataset (rows joined as the raw file).
         name: The dataset's configuration.
         split: The dataset's split.
-        format: auto (told by the path), text, jsonl, beir, parquet, hf_disk or txt_dir.
+        format: auto (told by the path), text, jsonl, beir, tsv, csv, parquet, hf_disk or txt_dir.
         articles: [first, end]: only these titled articles, in text order (0-based, end excluded).
     """
 
@@ -90,7 +91,7 @@ class Corpus:
     Args:
         file: Documents or passages to index (any format of texts.*: jsonl, beir, parquet and saved datasets
             are passages indexed as they are; text and .txt folders are articles cut into passages).
-        format: auto, text, jsonl, beir, parquet, hf_disk or txt_dir.
+        format: auto, text, jsonl, beir, tsv, csv, parquet, hf_disk or txt_dir.
         index: An existing Lucene index instead (a directory, or a Pyserini prebuilt name): no index stage.
         words: Words per passage when articles are cut.
         exclude: Documents that leave the corpus, by title or id (e.g. those that duplicate an evaluated text).

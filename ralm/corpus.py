@@ -31,7 +31,7 @@ def corpus(out: str, text: Text = WIKITEXT103_TRAIN, format: str = "auto", words
         out: Output folder (gets jsonl/, index/ and corpus.json).
         text: The corpus: a file or folder of any format above, or a Hugging Face text dataset (WikiText-103
             train by default).
-        format: auto (told by the path), text, jsonl, beir, parquet, hf_disk or txt_dir.
+        format: auto (told by the path), text, jsonl, beir, tsv, csv, parquet, hf_disk or txt_dir.
         words: Words per passage (articles only).
         threads: Indexing threads (JSONL shards = threads; default: all cores).
         max_passages: Stop after this many passages (for demos).
