@@ -15,6 +15,16 @@ from typing import Callable
 from ralm.settings import InputError
 
 
+def _file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+#: The mode of a new file under the process's umask (0644 under the usual 022).
+FILE_MODE = _file_mode()
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
     """``write(tmp)`` then fsync and rename to ``path`` (its folder is created)."""
     path = Path(path)
@@ -24,6 +34,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)  # as any new file (a library may have written it 0600)
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)

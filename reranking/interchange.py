@@ -12,44 +12,66 @@ from safetensors.torch import save_model
 from ralm.settings import InputError
 from reranking.export import META_FILE, load_reranker
 
-#: The cross-encoder's modeling code, written into the export for ``trust_remote_code``.
-CROSS_MODELING = '''"""The ralm cross-encoder (encoder + linear head on the first token) as a sequence classifier."""
+#: The converted cross-encoder's model type: not one transformers knows, so that a stock class (loaded without
+#: ``trust_remote_code``) refuses the directory, quoting this, instead of loading the encoder with a random head.
+CROSS_MODEL_TYPE = "ralm-cross-encoder (load it with trust_remote_code=True)"
+
+#: The cross-encoder's configuration and modeling code, written into the export for ``trust_remote_code``.
+CROSS_MODELING = '''"""The ralm cross-encoder (encoder + linear head on the first token) as a sequence classifier. Its
+config holds the base encoder's under ``encoder``; the model type is one no stock class takes, so that loading
+without trust_remote_code=True is refused rather than answered with a random classification head."""
 import torch
-from transformers import AutoConfig, AutoModel, PreTrainedModel
+from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 
+class RalmCrossEncoderConfig(PretrainedConfig):
+    model_type = "MODEL_TYPE"
+
+    def __init__(self, encoder=None, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = dict(encoder or {})
+        self.hidden_size = self.encoder.get("hidden_size")
+
+
 class RalmCrossEncoderForSequenceClassification(PreTrainedModel):
+    config_class = RalmCrossEncoderConfig
     base_model_prefix = "encoder"
 
     def __init__(self, config):
         super().__init__(config)
-        self.encoder = AutoModel.from_config(config, add_pooling_layer=False)
-        self.head = torch.nn.Linear(config.hidden_size, 1)
+        base = AutoConfig.for_model(**config.encoder)
+        self.encoder = AutoModel.from_config(base, add_pooling_layer=False)
+        self.head = torch.nn.Linear(base.hidden_size, 1)
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
         extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
         return SequenceClassifierOutput(logits=self.head(hidden[:, 0]).float())
-'''
+'''.replace("MODEL_TYPE", CROSS_MODEL_TYPE)
 
 
 def _notes(meta: dict, fmt, kind: str) -> dict:
-    return {"converted_from": meta.get("encoder"), "format": kind, "architecture": fmt.architecture,
+    return {"converted_from": Path(str(meta.get("encoder"))).name, "format": kind, "architecture": fmt.architecture,
             "bm25_weight": fmt.bm25_weight, "cosine_temperature": meta.get("cosine_temperature"),
             "max_prefix_tokens": fmt.max_prefix_tokens, "prefix_truncation": "keep the last tokens",
             "drop": list(fmt.drop), "abstain": fmt.abstain, "score": meta.get("score")}
 
 
-def to_sentence_transformers(model, tokenizer, fmt, out: Path) -> None:
-    """A bi-encoder as a sentence-transformers directory: Transformer (the encoder), mean Pooling, Normalize."""
-    model.encoder.save_pretrained(out)
+def _sentence_transformer(encoder, tokenizer, max_tokens: int, side: str, out: Path) -> None:
+    """One tower as a sentence-transformers directory (Transformer, mean Pooling, Normalize) that cuts its input
+    as the project does: to ``max_tokens`` encoder tokens, specials included, from the ``side`` given."""
+    out.mkdir(parents=True, exist_ok=True)
+    encoder.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "sentence_bert_config.json").write_text(json.dumps(
-        {"max_seq_length": max(fmt.max_prefix_tokens, fmt.max_passage_tokens), "do_lower_case": False}, indent=2))
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config["truncation_side"] = side  # read back by AutoTokenizer, used by sentence-transformers' truncation
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_tokens, "do_lower_case": False},
+                                                              indent=2))
     (out / "1_Pooling").mkdir(exist_ok=True)
-    pooling = {"word_embedding_dimension": model.config.hidden_size, "pooling_mode_cls_token": False,
+    pooling = {"word_embedding_dimension": encoder.config.hidden_size, "pooling_mode_cls_token": False,
                "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
                "pooling_mode_mean_sqrt_len_tokens": False, "include_prompt": True}
     (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2))
@@ -60,15 +82,27 @@ def to_sentence_transformers(model, tokenizer, fmt, out: Path) -> None:
     (out / "modules.json").write_text(json.dumps(modules, indent=2))
 
 
+def to_sentence_transformers(model, tokenizer, fmt, out: Path) -> None:
+    """A bi-encoder as two sentence-transformers directories: ``out`` embeds prefixes (their last
+    ``max_prefix_tokens`` encoder tokens, as the project cuts them), ``out/passages`` passages (their first
+    ``max_passage_tokens``; the passage tower: the frozen starting encoder of a query-side fit)."""
+    _sentence_transformer(model.encoder, tokenizer, fmt.max_prefix_tokens, "left", out)
+    passages = model.passage_encoder if getattr(model, "passage_encoder", None) is not None else model.encoder
+    _sentence_transformer(passages, tokenizer, fmt.max_passage_tokens, "right", out / "passages")
+
+
 def to_cross_encoder(model, tokenizer, fmt, out: Path) -> None:
-    """A cross-encoder as a one-label sequence-classification directory with its modeling code."""
-    config = model.config.to_dict()
-    config.update(num_labels=1, architectures=["RalmCrossEncoderForSequenceClassification"],
-                  auto_map={"AutoModelForSequenceClassification":
-                            "modeling_ralm_cross.RalmCrossEncoderForSequenceClassification"},
-                  sentence_transformers={"activation_fn": "torch.nn.modules.linear.Identity", "version": "ralm"},
-                  max_length=fmt.max_length)
-    config.pop("id2label", None), config.pop("label2id", None)
+    """A cross-encoder as a one-label sequence-classification directory with its configuration and modeling
+    code: loaded with ``trust_remote_code=True`` it is the reranker; without, every stock class refuses it."""
+    base = model.config.to_dict()
+    base.pop("id2label", None), base.pop("label2id", None)
+    config = {"model_type": CROSS_MODEL_TYPE, "encoder": base, "hidden_size": base.get("hidden_size"), "num_labels": 1,
+              "architectures": ["RalmCrossEncoderForSequenceClassification"],
+              "auto_map": {"AutoConfig": "modeling_ralm_cross.RalmCrossEncoderConfig",
+                           "AutoModelForSequenceClassification":
+                           "modeling_ralm_cross.RalmCrossEncoderForSequenceClassification"},
+              "sentence_transformers": {"activation_fn": "torch.nn.modules.linear.Identity", "version": "ralm"},
+              "max_length": fmt.max_length}
     (out / "config.json").write_text(json.dumps(config, indent=2))
     (out / "modeling_ralm_cross.py").write_text(CROSS_MODELING)
     save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})
@@ -92,13 +126,24 @@ def convert(reranker: str, out: str) -> str:
     (to_sentence_transformers if fmt.architecture == "bi" else to_cross_encoder)(model, tokenizer, fmt, tmp)
     notes = _notes(meta, fmt, kind)
     (tmp / "ralm_reranker.json").write_text(json.dumps(notes, indent=2) + "\n")
+    lines = _usage(fmt, notes)
+    (tmp / "README.md").write_text(
+        f"# A ralm-rerank reranker ({kind})\n\nAn LM-supervised passage reranker for in-context retrieval-augmented "
+        f"language modeling, converted by `python -m reranking.formats` from a reranking.fit export (base encoder: "
+        f"{Path(str(meta.get('encoder'))).name}). How to score with it as the project does:\n\n```\n"
+        + "\n".join(lines) + "\n```\n\nEvery setting it was trained with is in `ralm_reranker.json`.\n")
     if dest.exists():
         dest.rmdir()
     tmp.rename(dest)
-    lines = [f"{reranker} -> {out}: {kind}"]
+    return "\n".join([f"{reranker} -> {out}: {kind}", *lines])
+
+
+def _usage(fmt, notes: dict) -> list[str]:
+    """How to score with a converted reranker as the project does, line by line."""
+    lines = []
     if fmt.architecture == "bi":
-        lines.append(f"  score = cos(SentenceTransformer(out).encode(prefix), ...encode(passage)) / "
-                     f"{notes['cosine_temperature']}")
+        lines.append(f"  score = cos(SentenceTransformer(out).encode(prefix), SentenceTransformer(out/passages)"
+                     f".encode(passage)) / {notes['cosine_temperature']} (each cuts its text as the project does)")
     else:
         lines.append("  score = CrossEncoder(out, trust_remote_code=True).predict([(prefix, passage)])")
     if fmt.bm25_weight:
@@ -106,7 +151,8 @@ def convert(reranker: str, out: str) -> str:
     if fmt.abstain:
         lines.append("  no passage: score the empty passage \"\" too (with the first passage's BM25 score); where it "
                      "scores highest, the reranker would take none")
-    lines.append(f"  prefixes: pass their last {fmt.max_prefix_tokens} encoder tokens (the project keeps the end)")
+    if fmt.architecture == "cross":
+        lines.append(f"  prefixes: pass their last {fmt.max_prefix_tokens} encoder tokens (the project keeps the end)")
     if fmt.drop:
         lines.append(f"  remove {', '.join(map(repr, fmt.drop))} from prefixes and passages first (trained blind to them)")
-    return "\n".join(lines)
+    return lines

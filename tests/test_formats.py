@@ -4,6 +4,7 @@ in transformers' AutoModelForSequenceClassification, each giving the project's n
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -26,28 +27,51 @@ def exported(tmp_path, encoder_dir, architecture, bm25_weight=0.0, **read):
     return export(system, tmp_path / f"{architecture}-export")
 
 
-def test_a_bi_reranker_is_a_sentence_transformer_with_the_same_embeddings(tmp_path, tiny_bert_dir, capsys):
-    from reranking.export import load_reranker
+@pytest.mark.parametrize("frozen", [False, True])
+def test_a_bi_reranker_is_two_sentence_transformers_with_the_same_embeddings(tmp_path, tiny_bert_dir, capsys, frozen):
+    """Prefixes through DIR, passages through DIR/passages, each cut as the project cuts it (prefixes kept at
+    their end, passages at their start, to the same number of encoder tokens), give rank()'s embeddings exactly;
+    a query-side reranker's passages are its frozen starting tower's."""
+    from ralm.files import FILE_MODE
+    from reranking.export import export, load_reranker
     from reranking.formats import main
     from reranking.inputs import encode_texts
+    from reranking.system import RerankerSystem
+    from ralm.settings import EncoderInput
 
-    src = exported(tmp_path, tiny_bert_dir, "bi", max_prefix_tokens=32, max_passage_tokens=48, bm25_weight=0.5,
-                   drop=["<unk>"])
+    torch.manual_seed(0)
+    system = RerankerSystem(encoder=str(tiny_bert_dir), pretrained=True, architecture="bi", bm25_weight=0.5,
+                            frozen_passages=frozen, input=EncoderInput(max_prefix_tokens=8, max_passage_tokens=10,
+                                                                      drop=["<unk>"]))
+    if frozen:  # a trained query tower: the two towers differ
+        with torch.no_grad():
+            for w in system.model.encoder.parameters():
+                w.add_(0.01 * torch.randn_like(w))
+    src = export(system, tmp_path / "bi-export")
     out = tmp_path / "st"
     assert main(["--reranker", str(src), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "0.5 x the passage's BM25 score" in printed and "last 32 encoder tokens" in printed
+    assert "0.5 x the passage's BM25 score" in printed and "SentenceTransformer(out/passages)" in printed
     assert "remove '<unk>' from prefixes and passages" in printed  # a setting the format cannot hold either
     notes = json.loads((out / "ralm_reranker.json").read_text())
     assert notes["bm25_weight"] == 0.5 and notes["cosine_temperature"] == 0.05 and notes["drop"] == ["<unk>"]
 
     model, tok, fmt = load_reranker(src)
-    texts = PREFIXES + PASSAGES
     with torch.no_grad():
-        ours = model.embed(**encode_texts(tok, texts, fmt.max_passage_tokens, "start"))
-    theirs = st.SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_tensor=True, batch_size=2)
-    assert torch.allclose(theirs.float(), ours, atol=1e-5), (theirs - ours).abs().max()
+        q = model.embed(**encode_texts(tok, PREFIXES, fmt.max_prefix_tokens, "end"))
+        d = model.embed(**encode_texts(tok, PASSAGES, fmt.max_passage_tokens, "start"), passages=True)
+    theirs_q = st.SentenceTransformer(str(out), device="cpu").encode(PREFIXES, convert_to_tensor=True)
+    theirs_d = st.SentenceTransformer(str(out / "passages"), device="cpu").encode(PASSAGES, convert_to_tensor=True)
+    assert torch.allclose(theirs_q.float(), q, atol=1e-5), (theirs_q - q).abs().max()
+    assert torch.allclose(theirs_d.float(), d, atol=1e-5), (theirs_d - d).abs().max()
+    if frozen:
+        with torch.no_grad():
+            shared = model.embed(**encode_texts(tok, PASSAGES, fmt.max_passage_tokens, "start"))
+        assert not torch.allclose(shared, d, atol=1e-3)  # the towers differ, and the passages' is the frozen one
     assert main(["--reranker", str(src), "--out", str(out)]) == 2  # an existing output is refused
+    card = (out / "README.md").read_text()  # a converted directory carries its card, without machine paths
+    assert "SentenceTransformer(out/passages)" in card and str(tmp_path) not in card + json.dumps(notes)
+    assert os.stat(src / "model.safetensors").st_mode & 0o777 == FILE_MODE
 
 
 @pytest.mark.parametrize("encoder", ["tiny_bert_dir", "tiny_roberta_dir"])
@@ -76,6 +100,11 @@ def test_a_cross_reranker_scores_the_same_in_cross_encoder_and_transformers(tmp_
     with torch.no_grad():
         logits = hf(**enc).logits.squeeze(-1)
     assert torch.allclose(logits, ours, atol=1e-5), (logits, ours)
+    # forgetting trust_remote_code is refused, never answered by a stock classifier with a random head
+    for load in (lambda: st.CrossEncoder(str(out), device="cpu"),
+                 lambda: AutoModelForSequenceClassification.from_pretrained(out)):
+        with pytest.raises(ValueError, match="trust_remote_code"):
+            load()
 
 
 @pytest.mark.parametrize("architecture", ["bi", "cross"])
