@@ -35,7 +35,7 @@ def load_run(d: Path) -> dict:
                          "rerun eval.ppl there to finish it")
     t = pq.read_table(d / "strides.parquet")
     return {"dir": d, "results": res, "nll": t.column("nll").to_numpy(), "rank": t.column("chosen_rank").to_numpy(),
-            "n_tokens": t.column("n_tokens").to_numpy(),
+            "n_tokens": t.column("n_tokens").to_numpy(), "n_candidates": t.column("n_candidates").to_numpy(),
             "article": t.column("article").to_numpy() if "article" in t.column_names else None,
             "docid": np.array(t.column("chosen_docid").to_pylist(), dtype=object)}
 
@@ -136,7 +136,9 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
         head += [f"vs {bl} [95% CI]", "p (bootstrap)", f"strides better / worse than {bl}", "p (sign test)"]
     if gap:
         head += [f"gap {bl} → oracle closed"]
-    head += ["BM25 first chosen", "s / 1k strides"]
+    abstained = [r for r in runs if r is not none and "n_candidates" in r
+                 and (r["rank"][r["n_candidates"] > 0] < 0).any()]
+    head += ["BM25 first chosen", *(["no passage chosen"] if abstained else []), "s / 1k strides"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def row(label: str, group: list[dict]) -> str:
@@ -159,6 +161,10 @@ def table(runs: list[dict], baseline: str = "bm25", blocks: int = DEFAULT_BLOCKS
             cells.append("-" if group == [base] else f"{100 * share:.0f}%" if share is not None else "n/a")
         first = [(r["rank"][r["rank"] >= 0] == 0).mean() for r in group if (r["rank"] >= 0).any()]
         cells.append(f"{100 * np.mean(first):.0f}%" if first else "-")
+        if abstained:  # of the strides that had candidates: how often the row kept the window's own tokens
+            kept = [(r["rank"][r["n_candidates"] > 0] < 0).mean() for r in group
+                    if "n_candidates" in r and (r["n_candidates"] > 0).any()]
+            cells.append("-" if none is not None and group == [none] or not kept else f"{100 * np.mean(kept):.0f}%")
         costs = [x["seconds_per_1000_strides"] for x in res if x.get("seconds_per_1000_strides") is not None]
         cells.append(f"{np.mean(costs):,.0f}" if costs else "n/a")
         return "| " + " | ".join(cells) + " |"

@@ -148,6 +148,13 @@ def test_the_abstaining_oracle_takes_the_oracles_and_nones_scores(tmp_path, tiny
     kept = [s for s in range(1, n) if t["oracle-abstain"]["chosen_rank"][s] == -1 and t["oracle"]["n_candidates"][s]]
     assert kept and all(t["none"]["nll"][s] <= t["oracle"]["nll"][s] for s in kept)
     assert none["ppl_word"] >= full["ppl_word"] and oracle["ppl_word"] >= full["ppl_word"]
+    from eval.compare import load_run, table  # the comparison says how often each row took no passage
+
+    md = table([load_run(d) for d in (none_dir, oracle_dir, full_dir)], "none")
+    has = np.array(t["oracle"]["n_candidates"]) > 0
+    share = (np.array(t["oracle-abstain"]["chosen_rank"])[has] < 0).mean()
+    row = next(line for line in md.splitlines() if line.startswith("| oracle-abstain |"))
+    assert "no passage chosen" in md and f"| {100 * share:.0f}% |" in row
 
 
 def test_an_lm_choosing_run_lends_every_candidates_scores(tmp_path, tiny_gpt2_dir, bm25_corpus, eval_text, capsys):
