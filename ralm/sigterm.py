@@ -4,11 +4,43 @@ time limits and a user at the terminal expect."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
 
 import lightning.pytorch as pl
+
+
+class CtrlC:
+    """Whether a Ctrl-C came (:func:`ctrl_c_as_sigterm`)."""
+
+    pressed = False
+
+
+@contextlib.contextmanager
+def ctrl_c_as_sigterm():
+    """During a Lightning fit, the first Ctrl-C (SIGINT) is a SIGTERM to this process: Lightning stops the fit
+    at its next batch boundary as it does for a scheduler's kill, keeping ``last.ckpt`` at a step the same
+    command resumes exactly (a KeyboardInterrupt could land inside a validation, whose partial result the
+    resumed run then took for a whole one). Before Lightning handles SIGTERM, and at a second Ctrl-C, it
+    interrupts at once. Main thread only; yields a :class:`CtrlC`."""
+    seen = CtrlC()
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+
+    def on_sigint(signum, frame):
+        if seen.pressed or signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            raise KeyboardInterrupt
+        seen.pressed = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class StopOnSigterm(pl.Callback):

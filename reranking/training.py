@@ -31,6 +31,7 @@ from ralm.files import atomic_write
 from ralm.lock import claim
 from ralm.precision import lightning_precision
 from ralm.settings import InputError, SettingsError
+from ralm.sigterm import ctrl_c_as_sigterm
 from reranking.callbacks import LogProgress, RerankerState
 from reranking.data import RerankDataModule
 from reranking.export import check_export_dir, export, read_checkpoint, run_id
@@ -215,8 +216,11 @@ def fit(args: list[str], description: str | None = None):
             check_export_dir(cli.config.export_dir, run)
         with claim(cli.config.export_dir, "--export_dir") if cli.config.export_dir else nullcontext():
             try:
-                trainer.fit(system, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+                with ctrl_c_as_sigterm() as ctrl_c:
+                    trainer.fit(system, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
             except SIGTERMException:
+                if ctrl_c.pressed:
+                    return _stopped(trainer, "Ctrl-C (SIGINT)", 130, args)
                 return _stopped(trainer, "SIGTERM", 128 + 15, args)
             except SystemExit as e:  # Lightning turns Ctrl-C into sys.exit(1) after its on_exception hooks
                 if trainer.interrupted:

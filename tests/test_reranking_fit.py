@@ -328,10 +328,11 @@ def test_a_log_file_shows_progress_and_the_resolved_precision(tmp_path, tiny_rob
 
 
 def test_a_killed_or_stopped_fit_reruns_to_the_weights_of_an_unbroken_one(tmp_path, tiny_roberta_dir, rerank_data_dir):
-    """``python -m reranking.fit`` SIGKILLed, and another one SIGTERMed, as soon as its first ``last.ckpt`` is on
-    disk (step 4 of 40); then the same command again: each resumes in the same run directory and ends with exactly
-    the weights of a run that was never interrupted. The SIGTERMed one first saves ``last.ckpt`` at the step it is
-    on, says so in one line and exits 143 (not 0: a scheduler must not take it for a finished fit)."""
+    """``python -m reranking.fit`` SIGKILLed, another one SIGTERMed and a third Ctrl-C'd (SIGINT to its process
+    group) as soon as its first ``last.ckpt`` is on disk (step 4 of 40); then the same command again: each resumes
+    in the same run directory and ends with exactly the weights of a run that was never interrupted. The
+    SIGTERMed and Ctrl-C'd ones first save ``last.ckpt`` at the step they are on, say so in one line and exit 143
+    / 130 (not 0: a scheduler must not take it for a finished fit)."""
     import signal
     import time
 
@@ -340,7 +341,7 @@ def test_a_killed_or_stopped_fit_reruns_to_the_weights_of_an_unbroken_one(tmp_pa
     args = fit_args(tiny_roberta_dir, rerank_data_dir, 40, "--trainer.logger.init_args.version", "run")
     cmd = [sys.executable, "-m", "reranking.fit", *args]
     resumed = {}
-    for sig in (signal.SIGKILL, signal.SIGTERM):
+    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
         killed = tmp_path / sig.name
         killed.mkdir()
         log = killed / "fit.log"
@@ -358,8 +359,9 @@ def test_a_killed_or_stopped_fit_reruns_to_the_weights_of_an_unbroken_one(tmp_pa
         if sig == signal.SIGKILL:
             assert rc == -signal.SIGKILL, log.read_text()  # killed mid-run, not finished before the kill
         else:
-            assert rc == 143, log.read_text()[-3000:]
-            assert f"stopped by SIGTERM at step {kept}; kept {last.resolve()} (step {kept})" in log.read_text()
+            assert rc == (143 if sig == signal.SIGTERM else 130), log.read_text()[-3000:]
+            said = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C (SIGINT)"
+            assert f"stopped by {said} at step {kept}; kept {last.resolve()} (step {kept})" in log.read_text()
             assert not (killed / "run" / "reranker").exists() and not glob.glob(str(killed / "**" / "reranker.json"),
                                                                                   recursive=True)
         assert 0 < first <= kept < 40, (sig, first, kept)
