@@ -9,7 +9,8 @@ chosen-passage NLL (``val/nll_reranker``) and ``last.ckpt``.
 Resuming is exact: ``--ckpt_path .../version_N/checkpoints/last.ckpt`` continues in that same run
 directory (its logs, its best-checkpoint record), with the data order and random state the
 uninterrupted run would have had, so it exports the same weights. A run with a fixed
-``--trainer.logger.init_args.version`` resumes by itself when rerun. A SIGTERM (``kill``, a scheduler's
+``--trainer.logger.init_args.version`` resumes by itself when rerun, and so does one with the default version
+(a new ``version_N`` a run) when its newest run had the same settings and stopped early. A SIGTERM (``kill``, a scheduler's
 time limit) or Ctrl-C saves ``last.ckpt`` at the step the fit is on and exits 143 / 130. At the end the
 best checkpoint (or the final weights if there is none) is exported to ``<run dir>/reranker/`` (see
 :mod:`reranking.export`), loadable with ``reranking.load``; ``--trainer.max_steps 0`` exports the

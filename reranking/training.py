@@ -20,6 +20,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
+import yaml
 from jsonargparse import ArgumentError
 from lightning.fabric.connector import _PRECISION_INPUT
 from lightning.fabric.plugins import TorchCheckpointIO
@@ -105,7 +106,7 @@ class RerankerCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         check_precision(self.config.trainer.get("precision"))
         check_schedule(self.config)
-        resume_in_place(self.config)
+        resume_in_place(self.config, lambda cfg: yaml.safe_load(self.parser.dump(cfg, skip_none=False)))
 
 
 def check_schedule(cfg) -> None:
@@ -124,6 +125,11 @@ def check_schedule(cfg) -> None:
         raise SettingsError(f"the schedule ({total} steps, --trainer.max_steps / --model.optimizer.total_steps) must "
                             f"be longer than its warm-up (--model.optimizer.warmup_steps {warm}); lower "
                             "--model.optimizer.warmup_steps or raise --trainer.max_steps")
+    every = cfg.trainer.get("val_check_interval")
+    if isinstance(every, int) and not isinstance(every, bool) and steps > 0 and every > steps:
+        print(f"[reranking.fit] note: --trainer.max_steps {steps} ends before the first validation "
+              f"(--trainer.val_check_interval {every}): nothing is monitored and the export is the last step's "
+              f"weights; set --trainer.val_check_interval to at most {steps} to validate", file=sys.stderr)
 
 
 def _logger_args(cfg) -> dict | None:
@@ -133,9 +139,11 @@ def _logger_args(cfg) -> dict | None:
     return lg["init_args"]
 
 
-def resume_in_place(cfg) -> None:
+def resume_in_place(cfg, as_dict=None) -> None:
     """Continue a run in its own directory: from ``--ckpt_path`` (its run directory becomes the logger's),
-    or, for a logger with a fixed version, from that directory's ``last.ckpt`` when it exists."""
+    or, for a logger with a fixed version, from that directory's ``last.ckpt`` when it exists; or, with the
+    default version (a new ``version_N`` a run), from the newest one's when it is this very command's
+    (``as_dict``: the settings as the run's ``config.yaml`` holds them) stopped before its last step."""
     args = _logger_args(cfg)
     if args is not None:  # absolute, so that a resumed run's checkpoint directory compares equal to the first's
         args["save_dir"] = str(Path(args.get("save_dir") or ".").resolve())
@@ -151,8 +159,41 @@ def resume_in_place(cfg) -> None:
             check_checkpoint(last)
             cfg.ckpt_path = str(last)
             print(f"[reranking.fit] resuming from {last}", file=sys.stderr)
+    elif args is not None and as_dict is not None:
+        stopped = _stopped_run(cfg, args, as_dict)
+        if stopped is not None:
+            args["version"] = stopped.parent.parent.name
+            cfg.ckpt_path = str(stopped)
+            print(f"[reranking.fit] resuming from {stopped}", file=sys.stderr)
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise InputError(f"--ckpt_path {cfg.ckpt_path!r} does not exist")
+
+
+def _stopped_run(cfg, args: dict, as_dict) -> Path | None:
+    """``last.ckpt`` of the newest ``version_N`` under the logger's directory when that run had these settings
+    and stopped before ``max_steps`` (None: start a new version, as Lightning does)."""
+    runs = [d for d in (Path(args["save_dir"]) / (args.get("name") or "")).glob("version_*")
+            if d.name.removeprefix("version_").isdigit()]
+    if not runs:
+        return None
+    newest = max(runs, key=lambda d: int(d.name.removeprefix("version_")))
+    last, saved = newest / "checkpoints" / "last.ckpt", newest / "config.yaml"
+    if not (last.is_file() and saved.is_file()):
+        return None
+    if _settings(yaml.safe_load(saved.read_text())) != _settings(as_dict(cfg)):
+        return None
+    steps = cfg.trainer.get("max_steps", -1)
+    return last if steps < 0 or read_checkpoint(last, "--ckpt_path").get("global_step", 0) < steps else None
+
+
+def _settings(d: dict) -> dict:
+    """A run's settings without what a resume itself fills in (the checkpoint, the logger's version)."""
+    d = dict(d or {})
+    d.pop("ckpt_path", None)
+    lg = ((d.get("trainer") or {}).get("logger") or {})
+    if isinstance(lg, dict) and isinstance(lg.get("init_args"), dict):
+        lg["init_args"] = {k: v for k, v in lg["init_args"].items() if k != "version"}
+    return d
 
 
 def run_directory(cfg) -> Path | None:

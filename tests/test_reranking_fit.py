@@ -423,3 +423,29 @@ def test_a_truncated_or_foreign_shard_is_one_line_naming_it(tmp_path, tiny_rober
         err = capsys.readouterr().err
         lines = [line for line in err.splitlines() if "error:" in line]
         assert len(lines) == 1 and said in lines[0] and shard.name in lines[0] and "Traceback" not in err, err
+
+
+def test_a_stopped_fit_with_the_default_version_continues_in_its_own_version(tmp_path, tiny_roberta_dir,
+                                                                           rerank_data_dir):
+    """Without --trainer.logger.init_args.version Lightning starts a new version_N a run: a fit stopped by
+    SIGTERM, rerun with the same command, continues in version_0 from its last.ckpt (not version_1 from step 0);
+    another command (other settings) is a new run."""
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "reranking.fit", *fit_args(tiny_roberta_dir, rerank_data_dir, 40)]
+    runs = tmp_path / "checkpoints" / "reranker"
+    with open(tmp_path / "fit.log", "wb") as out:
+        p = subprocess.Popen(cmd, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        while p.poll() is None and not glob.glob(str(runs / "version_0" / "checkpoints" / "last.ckpt")):
+            time.sleep(0.02)
+        os.killpg(p.pid, signal.SIGTERM)
+        assert p.wait() == 143, (tmp_path / "fit.log").read_text()[-2000:]
+    last = runs / "version_0" / "checkpoints" / "last.ckpt"
+    rerun = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming from {last.resolve()}" in rerun.stderr and not (runs / "version_1").exists()
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 40
+    other = subprocess.run([*cmd, "--trainer.max_steps", "8", "--model.optimizer.total_steps", "8"], cwd=tmp_path,
+                           capture_output=True, text=True)
+    assert other.returncode == 0 and "resuming" not in other.stderr and (runs / "version_1").is_dir(), other.stderr[-2000:]
