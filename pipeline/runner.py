@@ -28,6 +28,7 @@ from pipeline.report import write_report
 from pipeline.stamps import Ledger, describe_stale
 from pipeline.texts import write_texts
 from ralm.cli import run_module
+from ralm.lock import claim
 from ralm.settings import InputError
 
 
@@ -128,7 +129,7 @@ def run(r: Recipe, steps: list[Step]) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = time.time()
     try:
-        with logged(r.root / "pipeline.log"):
+        with claim(r.root, "--out"), logged(r.root / "pipeline.log"):  # one pipeline a run directory
             say(f"{len(steps)} step(s) for {r.out} ({time.strftime('%Y-%m-%d %H:%M:%S')}); log: {r.root / 'pipeline.log'}")
             for i, step in enumerate(steps, 1):
                 head = f"{i}/{len(steps)} {step.stage}: {step.title}"

@@ -265,6 +265,26 @@ def test_sigterm_in_the_fit_stage_then_the_same_command_gives_the_unbroken_repor
     assert _tables(out) == _tables(straight)
 
 
+def test_two_pipelines_on_one_out_the_second_is_refused(recipe, tmp_path, paused, capsys):
+    """A pipeline holds its run directory (OUT/.lock) while it runs: a second one on the same out is refused at
+    once, naming the holder, and writes nothing."""
+    out = tmp_path / "shared-out"
+    cmd = [sys.executable, "-m", "pipeline", "--config", str(recipe), "--out", str(out)]
+    first = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        while first.poll() is None and not (out / ".lock").exists():
+            time.sleep(0.02)
+        with paused(first):
+            assert first.poll() is None, "the first pipeline ended before the test could overlap it"
+            assert _pipeline("--config", str(recipe), "--out", str(out)) == 2
+            err = capsys.readouterr().err
+            assert f"--out {out} is in use by pid {first.pid}" in err
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+
+
 def test_every_shipped_recipe_parses_into_a_plan(capsys):
     """Each configs/recipes/*.yaml through the pipeline's own parser into its plan; a recipe without texts is a
     change on top of the one its name starts with (demo-seeds on demo), stacked as the recipe's header says."""
