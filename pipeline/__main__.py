@@ -26,8 +26,8 @@ from ralm.settings import SettingsError
 def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | None = None,
              texts: Texts | None = None, corpus: Corpus = Corpus(), split: Split = Split(), data: Data = Data(),
              fits: list[Fit] | None = None, judge: Judge | None = None, eval: Evaluation = Evaluation(),
-             report: Report = Report(), precision: str = "auto", stage: str | None = None, until: str | None = None,
-             print_plan: bool = False) -> int:
+             report: Report = Report(), precision: str = "auto", prepare: str | None = None,
+             stage: str | None = None, until: str | None = None, print_plan: bool = False) -> int:
     """Run a recipe (finished steps are kept), or print its plan.
 
     Args:
@@ -45,6 +45,8 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
         report: The baselines each text's tables compare against.
         precision: auto (bf16 where the hardware runs it natively, float32 elsewhere), float32 or bfloat16,
             for every stage.
+        prepare: The command that makes the recipe's input files (e.g. the demo's world): an input that is
+            missing when the pipeline starts is named with it.
         stage: Run only this stage: split, index, data, fit, judge, eval or report.
         until: Run every stage up to and including this one.
         print_plan: Print the commands (marking those done) and run nothing.
@@ -60,7 +62,7 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
     if texts is None or not fits:
         raise SettingsError("a recipe needs texts and fits: pass --config configs/recipes/NAME.yaml (see --help)")
     recipe = Recipe(out=out, lm=lm, encoder=encoder, texts=texts, corpus=corpus, split=split, data=data, fits=fits,
-                    judge=judge, eval=eval, report=report, precision=precision, argv=_argv())
+                    judge=judge, eval=eval, report=report, prepare=prepare, precision=precision, argv=_argv())
     steps = select(plan(recipe), stage, until)
     if print_plan:
         ledger = Ledger(recipe, plan(recipe))

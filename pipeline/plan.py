@@ -67,6 +67,7 @@ class Recipe:
     report: Report
     judge: Judge | None = None
     precision: str = "auto"
+    prepare: str | None = None
     argv: list[str] = field(default_factory=list)  # the command line, for the pipeline's own steps
 
     def __post_init__(self) -> None:
@@ -163,6 +164,15 @@ class Recipe:
                 out.append(("cosine", ["--reranker", "cosine", *self.cosine_flags()]))
             elif r not in LENDERS or text in lm_texts:
                 out.append((r, ["--reranker", r]))
+        return out
+
+    def inputs(self) -> list[tuple[str, str]]:
+        """``(setting, path)`` of every file the recipe reads that no stage writes: the texts, the corpus, the
+        scores files."""
+        out = [(f"texts.{name}.file", src.file) for name, src in self.texts.named().items() if src.file]
+        out += [("corpus.file", self.corpus.file)] if self.corpus.file else []
+        out += [("data.scores", f) for f in self.data.scores_files]
+        out += [("judge.scores", f) for f in (self.judge.scores_files if self.judge else [])]
         return out
 
     def exports(self) -> list[str]:

@@ -114,11 +114,23 @@ def check(steps: list[Step]) -> None:
                 raise InputError(f"{step.stage} step '{step.title}': {' '.join(str(e).split())}") from None
 
 
+def check_inputs(r: Recipe, steps: list[Step]) -> None:
+    """The recipe's input files exist when a stage that reads them is to run (split, index, data): a missing one
+    is named, with the recipe's ``prepare`` command that makes it."""
+    if not any(s.stage in ("split", "index", "data") and not s.finished() for s in steps):
+        return
+    missing = [f"{what} {path}" for what, path in r.inputs() if not Path(path).exists()]
+    if missing:
+        raise InputError(f"{'; '.join(missing)}: no such file" + (f"; make it first: {r.prepare}" if r.prepare else
+                                                                    "; fix the path in the recipe"))
+
+
 def run(r: Recipe, steps: list[Step]) -> int:
     """Carry out ``steps`` (skipping finished ones); the exit status of the first that fails, else 0."""
     ledger = Ledger(r, plan(r))
     try:
         check(steps)
+        check_inputs(r, steps)
         for step in steps:
             why = ledger.stale(step)
             if why:

@@ -265,6 +265,18 @@ def test_sigterm_in_the_fit_stage_then_the_same_command_gives_the_unbroken_repor
     assert _tables(out) == _tables(straight)
 
 
+def test_a_missing_input_is_named_with_the_command_that_makes_it(tmp_path, capsys):
+    """The demo recipe before its world exists (a fresh directory): one line naming the missing files and the
+    recipe's prepare command, exit 2, nothing written."""
+    demo = str(ROOT / "configs" / "recipes" / "demo.yaml")
+    world = tmp_path / "nowhere"
+    texts = f"{{train: {{file: {world}/train.txt}}, report: {{eval: {{file: {world}/eval.txt}}}}}}"
+    assert _pipeline("--config", demo, "--out", str(tmp_path / "out"), "--texts", texts) == 2
+    err = capsys.readouterr().err
+    assert f"texts.train.file {world}/train.txt" in err and "no such file; make it first: python -m demo.world" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_two_pipelines_on_one_out_the_second_is_refused(recipe, tmp_path, paused, capsys):
     """A pipeline holds its run directory (OUT/.lock) while it runs: a second one on the same out is refused at
     once, naming the holder, and writes nothing."""
