@@ -159,8 +159,10 @@ def run(r: Recipe, steps: list[Step]) -> int:
                 say(f"{head}: finished in {time.time() - t:.0f}s")
                 if step.finished():
                     ledger.record(step)
-                if step.stage == "data" and step.finished():
-                    _check_scores(r)
+                if step.stage == "data" and step.finished() and "assembled" in step.title:
+                    training = step.done.parent == r.root / "data"
+                    _check_scores(step.done, r.data if training else r.judge, "training data" if training else
+                                  "the judge's data")
             say(f"all {len(steps)} step(s) done in {time.time() - t0:.0f}s"
                 + (f"; report: {r.root / 'report' / 'report.md'}" if any(s.stage == "report" for s in steps) else ""))
     finally:
@@ -168,14 +170,13 @@ def run(r: Recipe, steps: list[Step]) -> int:
     return 0
 
 
-def _check_scores(r: Recipe) -> None:
-    """With imported scores: say whether the assembled dataset is the scores files' one, byte for byte (whole
-    files: the content hash; parts: each shard's sha256)."""
-    manifest = r.root / "data" / "manifest.json"
-    if not (r.data.scores and manifest.is_file()):
+def _check_scores(manifest: Path, data, what: str) -> None:
+    """With imported scores (``data``: the recipe's data or judge): say whether the assembled dataset is the
+    scores files' one, byte for byte (whole files: the content hash; parts: each shard's sha256)."""
+    if not (data.scores and manifest.is_file()):
         return
     m = json.loads(manifest.read_text())
-    files = r.data.scores_files
+    files = data.scores_files
     with np.load(files[0]) as z:
         theirs = str(z["content_hash"])
     if len(files) == 1 and theirs:
@@ -184,6 +185,6 @@ def _check_scores(r: Recipe) -> None:
         recorded = shard_hashes(files)
         same = all(recorded.get(i) == s["sha256"] for i, s in enumerate(m["shards"]) if i in recorded)
         what = f"{sum(recorded.get(i) != s['sha256'] for i, s in enumerate(m['shards']) if i in recorded)} shard(s) differ"
-    say(f"training data content hash {m['content_hash'][:16]}…: " + ("the scores files' dataset, byte for byte" if same
+    say(f"{what} content hash {m['content_hash'][:16]}…: " + ("the scores files' dataset, byte for byte" if same
         else f"{what} (shard bytes differ with the pyarrow version; the rows were checked against the retrieval by "
              "data_gen.build)"))
