@@ -15,7 +15,7 @@ from typing import Sequence
 
 from eval.loop import Chunk, make_chunks
 from ralm.articles import forbidden_titles
-from ralm.files import file_sha256
+from ralm.files import check_writable, file_sha256
 from ralm.progress import Progress
 from ralm.retrieval import (
     RetrievalCache,
@@ -146,6 +146,9 @@ def write_retrieval_file(output: str, model: str, text: Text, retrieval: Retriev
     """``python -m eval.retrieval_file``'s work: BM25 for every stride of ``text``, in the reference's JSON."""
     if not retrieval.index:
         raise InputError("--retrieval.index is required")
+    if Path(output).is_dir():
+        raise InputError(f"--output {output!r} is a directory; give the JSON file to write (e.g. {Path(output) / 'retrieval.json'})")
+    check_writable(Path(output).parent, "--output's folder")
     tokens = tokenize_text(model, text, windows, documents=False)  # retrieval places no document
     retrieval.check_windows(windows, tokens.max_length)
     body, tok, ids, wins = tokens.body, tokens.tokenizer, tokens.ids, tokens.wins

@@ -120,21 +120,26 @@ def convert(reranker: str, out: str) -> str:
     meta = json.loads((src / META_FILE).read_text()) if src.is_dir() else {"encoder": str(src)}
     meta.setdefault("cosine_temperature", getattr(model, "temperature", None))
     tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     kind = "sentence-transformers" if fmt.architecture == "bi" else "cross-encoder (trust_remote_code)"
-    (to_sentence_transformers if fmt.architecture == "bi" else to_cross_encoder)(model, tokenizer, fmt, tmp)
     notes = _notes(meta, fmt, kind)
-    (tmp / "ralm_reranker.json").write_text(json.dumps(notes, indent=2) + "\n")
     lines = _usage(fmt, notes)
-    (tmp / "README.md").write_text(
-        f"# A ralm-rerank reranker ({kind})\n\nAn LM-supervised passage reranker for in-context retrieval-augmented "
-        f"language modeling, converted by `python -m reranking.formats` from a reranking.fit export (base encoder: "
-        f"{Path(str(meta.get('encoder'))).name}). How to score with it as the project does:\n\n```\n"
-        + "\n".join(lines) + "\n```\n\nEvery setting it was trained with is in `ralm_reranker.json`.\n")
-    if dest.exists():
-        dest.rmdir()
-    tmp.rename(dest)
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        (to_sentence_transformers if fmt.architecture == "bi" else to_cross_encoder)(model, tokenizer, fmt, tmp)
+        (tmp / "ralm_reranker.json").write_text(json.dumps(notes, indent=2) + "\n")
+        (tmp / "README.md").write_text(
+            f"# A ralm-rerank reranker ({kind})\n\nAn LM-supervised passage reranker for in-context retrieval-"
+            f"augmented language modeling, converted by `python -m reranking.formats` from a reranking.fit export "
+            f"(base encoder: {Path(str(meta.get('encoder'))).name}). How to score with it as the project does:\n\n"
+            "```\n" + "\n".join(lines) + "\n```\n\nEvery setting it was trained with is in `ralm_reranker.json`.\n")
+        if dest.exists():
+            dest.rmdir()
+        tmp.rename(dest)
+    except OSError as e:  # a full disk, a read-only folder, --out a file: one line, nothing half-written left
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise InputError(f"--out {out!r}: could not write the converted reranker ({e.strerror or e}); free some "
+                         "space or pass a folder you can write to") from None
     return "\n".join([f"{reranker} -> {out}: {kind}", *lines])
 
 

@@ -233,3 +233,11 @@ def test_a_jsonl_corpus_is_indexed_as_it_is_and_searched(tmp_path):
 
     (src / "c.jsonl").write_text('{"id": "x", "body": "no contents"}\n')
     assert main(["--text.file", str(src), "--out", str(tmp_path / "d")]) == 2
+
+
+def test_a_retrieval_file_output_that_is_a_folder_is_one_line(tmp_path, capsys):
+    from eval.retrieval_file import main
+
+    assert main(["--output", str(tmp_path), "--retrieval.index", str(tmp_path / "index")]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory; give the JSON file to write" in err and len(err.strip().splitlines()) == 1
