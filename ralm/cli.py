@@ -94,6 +94,9 @@ def run(fn: Callable, argv: list[str] | None, prog: str, description: str | None
         after: Callable[[Any, dict], Any] | None = None, varargs: str | None = None) -> int:
     """Parse ``argv`` into ``fn``'s arguments and call it (then ``after(result, kwargs)``, e.g. to print a
     table); input errors become one line and exit 2."""
+    nested = next((a for a in argv or [] if a.startswith("--") and a.endswith(".help") and a.count(".") >= 2), None)
+    if nested is not None and _nested_help(fn, nested, prog):
+        return 0
     try:
         kwargs = parse(fn, argv, prog, description, varargs)
         out = fn(**kwargs)
@@ -105,6 +108,29 @@ def run(fn: Callable, argv: list[str] | None, prog: str, description: str | None
         print(f"{prog}: interrupted; rerun the same command to continue", file=sys.stderr)
         return 130
     return out if isinstance(out, int) else 0
+
+
+def _nested_help(fn: Callable, flag: str, prog: str) -> bool:
+    """``--group.field.help``: the help of a settings group inside a group (e.g. ``--texts.train.help``), which
+    jsonargparse lists but does not parse; False where the path names no settings class."""
+    import dataclasses
+    import typing
+
+    cls: Any = fn
+    for name in flag[2:].removesuffix(".help").split("."):
+        hints = typing.get_type_hints(cls.__init__ if isinstance(cls, type) else cls)
+        if name not in hints:
+            return False
+        cls = hints[name]
+        while typing.get_origin(cls) is not None:  # X | None, dict[str, X], list[X]: the settings class X
+            args = [a for a in typing.get_args(cls) if a is not type(None)]
+            cls = args[-1] if args else cls
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            return False
+    parser = ArgumentParser(prog=f"{prog} {flag[:-5]}", description=inspect.getdoc(cls), formatter_class=help_formatter())
+    parser.add_class_arguments(cls, flag[2:-5])
+    parser.print_help()
+    return True
 
 
 def run_commands(commands: dict[str, Callable], argv: list[str] | None, prog: str, description: str,

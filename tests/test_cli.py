@@ -88,3 +88,12 @@ def test_an_installed_wheel_runs_a_shipped_recipe_from_anywhere(tmp_path):
     assert (site / "demo" / "assets" / "lm" / "model.safetensors").is_file()
     assert ralm_rerank("nope").returncode == 2
     assert not any(elsewhere.iterdir())
+
+
+def test_the_help_of_a_group_inside_a_group(capsys):
+    """``--texts.help`` lists ``--texts.train.help``: it shows that group's settings, exit 0."""
+    from pipeline.__main__ import main
+
+    assert main(["--texts.train.help"]) == 0
+    out = capsys.readouterr().out
+    assert "--texts.train.file FILE" in out and "A text as the user has it" in out
