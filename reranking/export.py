@@ -205,6 +205,9 @@ def load_reranker(path: str | Path, device: str | torch.device = "cpu"):
         meta = json.loads((path / META_FILE).read_text())
         fmt = InputFormat.from_dict(meta["input_format"])
         enc = path / meta.get("encoder_config", ENCODER_CONFIG)
+        if not enc.is_file() and "encoder_config" in meta:  # the stub config.json would get transformers' "upgrade"
+            raise InputError(f"{str(path)!r} is an incomplete export: {enc.name} (its encoder's configuration) is "
+                             "missing; copy the whole export directory, or export it again (reranking.fit)")
         config = AutoConfig.from_pretrained(str(enc) if enc.is_file() else path)  # exports before the stub: config.json
         model = make_model(fmt.architecture, config=config, temperature=meta.get("cosine_temperature"),
                            frozen_passages=meta.get("frozen_passages", False))

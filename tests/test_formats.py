@@ -121,3 +121,13 @@ def test_a_raw_export_is_refused_by_the_ecosystem_naming_the_converter(tmp_path,
             load(str(src))
     card = (src / "README.md").read_text()
     assert "reranking.load" in card and "python -m reranking.formats" in card and "base encoder" in card
+
+
+def test_an_export_missing_its_encoder_config_is_one_line(tmp_path, tiny_bert_dir):
+    from ralm.settings import InputError
+    from reranking.export import load_reranker
+
+    src = exported(tmp_path, tiny_bert_dir, "bi", max_prefix_tokens=16, max_passage_tokens=24)
+    (src / "encoder_config.json").unlink()
+    with pytest.raises(InputError, match="incomplete export: encoder_config.json .* is missing"):
+        load_reranker(src)
