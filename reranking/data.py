@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 from datasets import load_dataset
+from datasets.exceptions import DatasetGenerationError
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader
 
@@ -57,6 +58,15 @@ def check_shards(files: list[str], flag: str) -> None:
         if missing:
             raise InputError(f"{flag}: {f} lacks the columns {missing} (has {names[:12]}); give the output of "
                              "data_gen.build, whose shards hold every candidate's log p(y | d; x)")
+
+
+def _readable(path: str) -> bool:
+    """Every page of a parquet file decodes (the footer alone may be intact in a damaged copy)."""
+    try:
+        pq.read_table(path)
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def is_validation(ids: np.ndarray, fraction: float, seed: int, per_window: int = 1) -> np.ndarray:
@@ -255,9 +265,11 @@ class RerankDataModule(pl.LightningDataModule):
         check_shards(files, "--data.data_dir")
         try:
             ds = load_dataset("parquet", data_files=files, split="train")
-        except (OSError, ValueError) as e:
-            raise InputError(f"--data.data_dir {self.hparams.data_dir}: a shard cannot be read "
-                             f"({str(e).splitlines()[0][:200]}); regenerate it with data_gen.build") from None
+        except (OSError, ValueError, DatasetGenerationError) as e:
+            bad = next((f for f in files if not _readable(f)), None)  # which one: its pages read one by one
+            raise InputError(f"--data.data_dir {self.hparams.data_dir}: {bad or 'a shard'} cannot be read "
+                             f"({str(e).splitlines()[0][:200]}); its bytes are damaged: regenerate it with "
+                             "data_gen.build (or copy it again)") from None
         missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
         if missing:
             raise InputError(f"{self.hparams.data_dir}: shards lack columns {missing} (have {ds.column_names}); "

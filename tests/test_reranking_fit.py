@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -400,8 +401,9 @@ def test_zero_steps_export_the_untrained_start_as_such(tmp_path, tiny_roberta_di
 
 def test_a_truncated_or_foreign_shard_is_one_line_naming_it(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys,
                                                               monkeypatch):
-    """A shard cut short (a copy that stopped), or a parquet file of another schema, among the training data:
-    exit 2, one line naming that shard and the fix, before anything trains."""
+    """A shard cut short (a copy that stopped), one whose pages are damaged (random bytes inside, the footer
+    intact), or a parquet file of another schema, among the training data: exit 2, one line naming that shard and
+    the fix, before anything trains."""
     import shutil
 
     import pyarrow as pa
@@ -411,12 +413,17 @@ def test_a_truncated_or_foreign_shard_is_one_line_naming_it(tmp_path, tiny_rober
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["reranking.fit"])
-    for bad, said in (("truncated", "is not a readable parquet shard"), ("foreign", "lacks the columns")):
+    for bad, said in (("truncated", "is not a readable parquet shard"), ("damaged", "its bytes are damaged"),
+                      ("foreign", "lacks the columns")):
         data = tmp_path / bad
         shutil.copytree(rerank_data_dir, data)
         shard = sorted(data.glob("*.parquet"))[-1]
         if bad == "truncated":
             shard.write_bytes(shard.read_bytes()[:-200])
+        elif bad == "damaged":
+            raw = bytearray(shard.read_bytes())
+            raw[200:1200] = bytes(np.random.default_rng(0).integers(0, 256, 1000, dtype=np.uint8))
+            shard.write_bytes(bytes(raw))
         else:
             pq.write_table(pa.table({"id": [1], "text": ["x"]}), shard)
         assert main(fit_args(tiny_roberta_dir, data, 4)) == 2
