@@ -27,12 +27,23 @@ class RerankerCheckpoint(ModelCheckpoint):
     def __init__(self, *args, enable_version_counter: bool = False, **kwargs):
         # A resumed run writes into its own directory: last.ckpt is replaced, never joined by last-v1.ckpt.
         super().__init__(*args, enable_version_counter=enable_version_counter, **kwargs)
+        self.validations: dict[int, dict[str, float]] = {}  # step -> that validation's metrics (the export's card)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "validations": {str(k): v for k, v in self.validations.items()}}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self.validations = {int(k): dict(v) for k, v in (state_dict.get("validations") or {}).items()}
 
     def _refresh_last(self, trainer) -> None:
         if (self.save_last and not self._should_skip_saving_checkpoint(trainer)):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.validations[trainer.global_step] = {k: round(float(v), 6) for k, v in trainer.callback_metrics.items()
+                                                     if k.startswith("val/")}
         super().on_validation_end(trainer, pl_module)
         self._refresh_last(trainer)
 

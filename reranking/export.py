@@ -87,12 +87,13 @@ def export_model(model, tokenizer, fmt, encoder: str, out_dir: str | Path, train
         tokenizer.save_pretrained(tmp)
         for f in sorted(Path(tmp).iterdir()):
             os.replace(f, out / f.name)
-    meta = {"format": FORMAT, "version": 1, "encoder": encoder,
+    meta = {"format": FORMAT, "version": 1, "encoder": Path(encoder).name if Path(encoder).exists() else encoder,
             "input_format": fmt.to_dict(), "weights": WEIGHTS_FILE, "encoder_config": ENCODER_CONFIG,
             "cosine_temperature": getattr(model, "temperature", None),
             "frozen_passages": getattr(model, "frozen_passages", False),
             "score": ("linear head on the first token's last hidden state" if fmt.architecture == "cross" else
-                      "cosine of mean-pooled prefix and passage embeddings / cosine_temperature")
+                      f"cosine of mean-pooled prefix and passage embeddings / {getattr(model, 'temperature', None)} "
+                      "(cosine_temperature)")
             + (f" + {fmt.bm25_weight} x BM25 score" if fmt.bm25_weight else "")
             + ("; every list also holds 'no passage' (the empty text, BM25's first score), which it may choose"
                if fmt.abstain else "")}
@@ -123,7 +124,8 @@ def model_card(meta: dict) -> str:
              *([f"| loss | {t['loss']} |"] if t.get("loss") else []),
              *([f"| optimizer | {json.dumps(t['optimizer'])} |"] if t.get("optimizer") else []),
              *([f"| precision | {t['precision']} |"] if t.get("precision") else []),
-             *(f"| {k} (the fit's last validation) | {v:.4f} |" for k, v in sorted(val.items())), "",
+             *(f"| {k} (validation at step {t.get('steps')}, the weights exported) | {v:.4f} |"
+               for k, v in sorted(val.items())), "",
              "## Load it", "", "```python", "import reranking", 'r = reranking.load("THIS_DIRECTORY")',
              'scores, order = r.rank(prefix_text, ["Title\\npassage text", ...])', "```", "",
              "`python -m eval.ppl --reranker THIS_DIRECTORY` evaluates it; `python -m reranking.formats --reranker "

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import typing
 import warnings
@@ -223,6 +224,17 @@ def best_or_last_weights(trainer, system) -> int:
     return trainer.global_step
 
 
+def data_identity(data_dir: str) -> str:
+    """The training data as an export records it: its folder's name and, for a data_gen.build output, its
+    content hash (no machine path: an export is shared)."""
+    manifest = Path(data_dir) / "manifest.json"
+    try:
+        digest = json.loads(manifest.read_text())["content_hash"]
+    except (OSError, ValueError, KeyError):
+        return Path(data_dir).name
+    return f"{Path(data_dir).name} (content hash {digest})"
+
+
 def _stopped(trainer, signal_name: str, code: int, argv: list[str]) -> int:
     """One line on what a stopped fit kept and how it continues; the exit status."""
     last = getattr(trainer.checkpoint_callback, "last_model_path", "") if trainer.checkpoint_callback else ""
@@ -271,9 +283,11 @@ def fit(args: list[str], description: str | None = None):
             log_dir = trainer.log_dir  # a collective under DDP: every rank must ask
             if trainer.is_global_zero:
                 out = cli.config.export_dir or str(Path(log_dir or "checkpoints") / "reranker")
-                val = {k: round(float(v), 6) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+                kept = getattr(trainer.checkpoint_callback, "validations", {}) or {}
+                val = kept.get(step) or {k: round(float(v), 6) for k, v in trainer.callback_metrics.items()
+                                         if k.startswith("val/")}  # the exported weights' validation
                 export(system, out, trained={"precision": str(trainer.precision), "steps": step,
-                                             "fit_steps": trainer.global_step, "data": str(cli.config.data.data_dir),
+                                             "fit_steps": trainer.global_step, "data": data_identity(cli.config.data.data_dir),
                                              "run": run,
                                              **({"validation": val} if val else {})})
                 what = "the untrained start (0 steps)" if trainer.global_step == 0 else f"the reranker (step {step})"

@@ -325,7 +325,9 @@ def test_a_log_file_shows_progress_and_the_resolved_precision(tmp_path, tiny_rob
     meta = json.loads((tmp_path / cli.trainer.log_dir / "reranker" / "reranker.json").read_text())
     t = meta["trained"]
     assert (t["precision"], t["steps"], t["fit_steps"], t["loss"]) == (expected, 4, 4, "marginal")
-    assert t["data"] == str(rerank_data_dir) and "val/nll_reranker" in t["validation"]
+    assert t["data"] == rerank_data_dir.name and "val/nll_reranker" in t["validation"]
+    shared = json.dumps(meta) + (tmp_path / cli.trainer.log_dir / "reranker" / "README.md").read_text()
+    assert str(tmp_path) not in shared and str(tiny_roberta_dir) not in shared  # no machine path in what is shared
 
 
 def test_a_killed_or_stopped_fit_reruns_to_the_weights_of_an_unbroken_one(tmp_path, tiny_roberta_dir, rerank_data_dir):
