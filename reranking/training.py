@@ -36,7 +36,7 @@ from ralm.settings import InputError, SettingsError
 from ralm.sigterm import ctrl_c_as_sigterm
 from reranking.callbacks import LogProgress, RerankerState
 from reranking.data import RerankDataModule
-from reranking.export import check_export_dir, export, read_checkpoint, run_id
+from reranking.export import CKPT_META_KEY, check_export_dir, export, read_checkpoint, run_id
 from reranking.system import MONITOR, RerankerSystem
 
 PROG = "python -m reranking.fit"
@@ -150,14 +150,14 @@ def resume_in_place(cfg, as_dict=None) -> None:
         args["save_dir"] = str(Path(args.get("save_dir") or ".").resolve())
     if cfg.ckpt_path:
         ckpt = Path(cfg.ckpt_path)
-        check_checkpoint(ckpt)
+        check_checkpoint(ckpt, cfg)
         if args is not None and ckpt.parent.name == "checkpoints" and len(ckpt.parents) >= 4:
             run_dir = ckpt.resolve().parent.parent  # <save_dir>/<name>/<version>/checkpoints/last.ckpt
             args["save_dir"], args["name"], args["version"] = str(run_dir.parent.parent), run_dir.parent.name, run_dir.name
     elif args is not None and args.get("version") is not None:
         last = run_directory(cfg) / "checkpoints" / "last.ckpt"
         if last.is_file():
-            check_checkpoint(last)
+            check_checkpoint(last, cfg)
             cfg.ckpt_path = str(last)
             print(f"[reranking.fit] resuming from {last}", file=sys.stderr)
     elif args is not None and as_dict is not None:
@@ -206,11 +206,18 @@ def run_directory(cfg) -> Path | None:
     return Path(args["save_dir"]) / (args.get("name") or "") / str(args["version"])
 
 
-def check_checkpoint(path: Path) -> None:
-    """A checkpoint to resume from must be a readable one of reranking.fit (read without unpickling code)."""
+def check_checkpoint(path: Path, cfg=None) -> None:
+    """A checkpoint to resume from must be a readable one of reranking.fit (read without unpickling code), of
+    the architecture this fit trains (``cfg``: the fit's settings)."""
     if not path.is_file():
         raise InputError(f"--ckpt_path {str(path)!r} does not exist")
-    read_checkpoint(path, "--ckpt_path")
+    ckpt = read_checkpoint(path, "--ckpt_path")
+    theirs = ckpt[CKPT_META_KEY].get("input_format", {}).get("architecture", "cross")
+    ours = cfg.model.get("architecture") if cfg is not None else None
+    if ours is not None and theirs != ours:
+        raise InputError(f"--ckpt_path {str(path)!r} is a {theirs}-encoder's checkpoint and this fit trains a "
+                         f"{ours}-encoder (--model.architecture {ours}); resume it with --model.architecture {theirs}, "
+                         "or start this fit elsewhere (another --trainer.logger.init_args.version)")
 
 
 def best_or_last_weights(trainer, system) -> int:

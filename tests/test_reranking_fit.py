@@ -223,6 +223,13 @@ def test_corrupt_or_foreign_checkpoint_is_one_line(tmp_path, tiny_roberta_dir, r
         err = capsys.readouterr().err
         assert match in err and "--ckpt_path" in err and err.count("\n") == 1, err
     assert not (tmp_path / "checkpoints").exists() and not list(tmp_path.glob("**/version_*"))
+    # a cross-encoder's checkpoint resumed into a bi-encoder fit: one line naming both, not a state-dict traceback
+    cross = main(fit_args(tiny_roberta_dir, rerank_data_dir, 4, "--trainer.logger.init_args.version", "cross"))
+    last = Path(cross.trainer.checkpoint_callback.last_model_path)
+    capsys.readouterr()
+    assert main(fit_args(tiny_roberta_dir, rerank_data_dir, 4, "--model.architecture", "bi", "--ckpt_path", str(last))) == 2
+    err = capsys.readouterr().err
+    assert "is a cross-encoder's checkpoint and this fit trains a bi-encoder" in err and err.count("\n") == 1, err
 
 
 def test_an_export_dir_in_use_is_refused_before_training(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys,
