@@ -113,6 +113,8 @@ def to_cross_encoder(model, tokenizer, fmt, out: Path) -> None:
 def convert(reranker: str, out: str) -> str:
     """Write ``reranker`` (an export or a .ckpt) in its ecosystem's format into ``out``; returns how to use it."""
     dest = Path(out)
+    if dest.exists() and not dest.is_dir():
+        raise InputError(f"--out {out!r} is a file; pass a new directory for the converted reranker")
     if dest.exists() and any(dest.iterdir()):
         raise InputError(f"--out {out!r} exists and is not empty; pass a new directory")
     model, tokenizer, fmt = load_reranker(reranker)
