@@ -170,7 +170,7 @@ def run(r: Recipe, steps: list[Step]) -> int:
     return 0
 
 
-def _check_scores(manifest: Path, data, what: str) -> None:
+def _check_scores(manifest: Path, data, label: str) -> None:
     """With imported scores (``data``: the recipe's data or judge): say whether the assembled dataset is the
     scores files' one, byte for byte (whole files: the content hash; parts: each shard's sha256)."""
     if not (data.scores and manifest.is_file()):
@@ -185,6 +185,6 @@ def _check_scores(manifest: Path, data, what: str) -> None:
         recorded = shard_hashes(files)
         same = all(recorded.get(i) == s["sha256"] for i, s in enumerate(m["shards"]) if i in recorded)
         what = f"{sum(recorded.get(i) != s['sha256'] for i, s in enumerate(m['shards']) if i in recorded)} shard(s) differ"
-    say(f"{what} content hash {m['content_hash'][:16]}…: " + ("the scores files' dataset, byte for byte" if same
+    say(f"{label} content hash {m['content_hash'][:16]}…: " + ("the scores files' dataset, byte for byte" if same
         else f"{what} (shard bytes differ with the pyarrow version; the rows were checked against the retrieval by "
              "data_gen.build)"))

@@ -3,6 +3,7 @@ the trained reranker (:class:`PredictiveSelector`) and the untrained sentence en
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from pathlib import Path
 
@@ -49,6 +50,19 @@ class PredictiveSelector(Selector):
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def share_passage_embeddings(self, caches: dict) -> None:
+        """Take the passage-embedding cache of another bi-encoder reranker with the same passage tower from
+        ``caches`` (keyed by the tower's weights), or lend it this one's: query-side fits keep their starting
+        encoder's tower, so rerankers judged together embed each passage once."""
+        if self._cosine is None:
+            return
+        tower = self.model.passage_encoder if self.model.frozen_passages else self.model.encoder
+        h = hashlib.sha256()
+        for name, t in sorted(tower.state_dict().items()):
+            h.update(name.encode())
+            h.update(t.detach().float().cpu().numpy().tobytes())
+        self._cosine._cache = caches.setdefault(h.hexdigest(), self._cosine._cache)
 
     def to(self, device) -> "PredictiveSelector":
         self.model.to(device)

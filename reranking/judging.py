@@ -155,11 +155,18 @@ def judge(data: str, rerankers: list[str] | None, cosine: str | None, input: Enc
         picks["cosine"] = cache.get("cosine", ["cosine", cosine, json.dumps(input.__dict__)],
                                     lambda: choose(ds, k, CosineSelector(cosine, input=input, batch_size=batch_size,
                                                                          device=dev)))
+    embedded: dict = {}  # passage embeddings shared by rerankers with one passage tower (query-side fits)
+
+    def selector(r: str) -> PredictiveSelector:
+        sel = PredictiveSelector.from_path(r, dev, batch_size)
+        sel.share_passage_embeddings(embedded)
+        return sel
+
     for r in rerankers or []:
         if not Path(r).is_dir():
             raise InputError(f"--rerankers: {r!r} is not an export directory")
         picks[Path(r).name] = cache.get(Path(r).name, export_identity(Path(r)),
-                                        lambda r=r: choose(ds, k, PredictiveSelector.from_path(r, dev, batch_size)))
+                                        lambda r=r: choose(ds, k, selector(r)))
     bad = [a for a in against or [] if a not in picks]
     if bad or not picks:
         raise InputError(f"--against {bad}: not a row (rows: {', '.join(picks) or 'none: give --rerankers or --cosine'})")

@@ -784,3 +784,40 @@ def test_a_reranker_that_may_abstain_ranks_no_passage_alike_in_training_and_eval
     pl.Trainer(max_steps=60, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, limit_val_batches=0).fit(learner, datamodule=data)
     assert before < 0.5 and abstains() >= 0.9, before
+
+
+def test_rerankers_with_one_passage_tower_embed_each_passage_once(tiny_bert_dir, tmp_path):
+    """Two query-side rerankers (one frozen passage tower, different prefix towers) judged together share
+    their passage embeddings: the second embeds no passage, and scores exactly as it does alone."""
+    from ralm.retrieval import Passage
+    from ralm.selectors import StrideBatch
+    from reranking.encoder_selectors import PredictiveSelector
+    from reranking.export import export
+    from reranking.system import RerankerSystem
+
+    kw = dict(encoder=str(tiny_bert_dir), architecture="bi", frozen_passages=True,
+              input=EncoderInput(max_prefix_tokens=16, max_passage_tokens=24))
+    torch.manual_seed(0)
+    a = RerankerSystem(**kw)
+    b = RerankerSystem(**kw)
+    b.model.load_state_dict(a.model.state_dict())
+    with torch.no_grad():
+        for w in b.model.encoder.parameters():  # another prefix tower, the same passage tower
+            w.add_(0.05 * torch.randn_like(w))
+    paths = [export(s, tmp_path / name) for s, name in ((a, "a"), (b, "b"))]
+    batch = StrideBatch(["the castle on the hill", "a river in spring"],
+                        [[Passage(f"d{i}", "T", f"passage number {i} about towns", 1.0) for i in range(3)]] * 2, [0, 1])
+    alone = PredictiveSelector.from_path(paths[1], batch_size=4).scores(batch)
+    caches: dict = {}
+    first, second = (PredictiveSelector.from_path(p, batch_size=4) for p in paths)
+    first.share_passage_embeddings(caches)
+    second.share_passage_embeddings(caches)
+    first.scores(batch)
+    calls = []
+    embed = second._cosine.embed
+    second._cosine.embed = lambda texts, *args, **kw: calls.append((len(texts), kw.get("passages"))) or embed(texts, *args, **kw)
+    got = second.scores(batch)
+    assert len(caches) == 1 and not [n for n, passages in calls if passages and n]  # prefixes embedded, no passage
+    for g, want in zip(got, alone):
+        torch.testing.assert_close(g, want)
+    assert not torch.allclose(got[0], first.scores(batch)[0])  # the prefix towers differ
