@@ -231,7 +231,7 @@ def test_a_jsonl_corpus_is_indexed_as_it_is_and_searched(tmp_path):
     assert got["lava columns"].text == "Basalt columns form when lava cools slowly. " * 30
     assert (got["herons"].docid, got["herons"].title, got["herons"].text) == ("doc-C", "", "Herons wade in shallow estuaries.")
 
-    (src / "c.jsonl").write_text('{"id": "x", "body": "no contents"}\n')
+    (src / "c.jsonl").write_text('{"id": "x", "summary": "no text field"}\n')  # body, passage: texts too
     assert main(["--text.file", str(src), "--out", str(tmp_path / "d")]) == 2
 
 
