@@ -349,8 +349,10 @@ def _judge(r: Recipe) -> list[Step]:
             *(["--cosine", *(f.replace("--ranker.input.", "--input.") for f in cosine[1:])] if cosine else []),
             "--k", str(fit_settings(r.fits[0]).get("data", {}).get("max_candidates", 8)),
             *(["--against", "[" + ",".join(against) + "]"] if against else []), "--by_article", "true",
+            "--skip_missing", "true",  # with --stage judge: the fits done so far (a curve's, while it runs)
             "--out", str(r.root / "judge" / "judge.md")]
-    return [Step("judge", "every export on the held-out examples", "reranking.heldout", argv)]
+    return [Step("judge", "every export on the held-out examples", "reranking.heldout", argv),
+            Step("judge", "the learning curve on the judge", "pipeline", r.own("judge"))]
 
 
 def _evals(r: Recipe) -> list[Step]:

@@ -119,6 +119,19 @@ def write_report(r: Recipe) -> Path:
     return root / "report.md"
 
 
+def write_judge_curve(r: Recipe) -> Path | None:
+    """``OUT/judge/curve.md`` (the learning curve on the judge, with the judge's table) and ``curve.png``, where
+    the fits differ in the data they read; None where there is no curve."""
+    lines = curve.judge_table(r)
+    if not lines:
+        return None
+    d = r.root / "judge"
+    atomic_write(d / "curve.png", lambda t: curve.judge_plot(r, Path(t)))
+    table = (d / "judge.md").read_text().rstrip() if (d / "judge.md").is_file() else ""
+    atomic_write(d / "curve.md", lambda t: Path(t).write_text("\n".join([*lines, table, ""])))
+    return d / "curve.md"
+
+
 def _notes(r: Recipe, text: str) -> str:
     """eval.compare's notes on the text's finished rows (retrieval hurts, few articles), said once above its
     tables (each comparison.md begins with them too)."""

@@ -24,7 +24,7 @@ import data_gen.build
 import eval.ppl
 from data_gen.scores_file import shard_hashes
 from pipeline.plan import Recipe, Step, plan
-from pipeline.report import write_report
+from pipeline.report import write_judge_curve, write_report
 from pipeline.stamps import Ledger, describe_stale
 from pipeline.texts import write_texts
 from ralm.cli import run_module
@@ -87,6 +87,9 @@ def run_step(r: Recipe, step: Step) -> int:
         if step.stage == "split":
             for line in write_texts(r):
                 say(f"  {line}")
+        elif step.stage == "judge":
+            wrote = write_judge_curve(r)
+            say(f"  wrote {wrote}" if wrote else "  no curve: the fits do not differ in the data they read")
         else:
             say(f"  wrote {write_report(r)}")
         return 0

@@ -24,7 +24,7 @@ from ralm.settings import EncoderInput
 def heldout(data: str, rerankers: list[str] | None = None, cosine: str | None = None,
             input: EncoderInput = EncoderInput(max_prefix_tokens=64, max_passage_tokens=128), k: int = 8,
             against: list[str] | None = None, out: str | None = None, device: str = "auto", batch_size: int = 64,
-            by_article: bool = False) -> str:
+            by_article: bool = False, skip_missing: bool = False) -> str:
     """Judge rerankers on stored examples no fit read.
 
     Args:
@@ -38,10 +38,12 @@ def heldout(data: str, rerankers: list[str] | None = None, cosine: str | None = 
         device: Where the rerankers run: auto (cuda if present), cpu, cuda.
         batch_size: Encoder rows per forward (larger on a GPU).
         by_article: Resample whole source articles for the intervals (examples of one article are correlated).
+        skip_missing: Leave out (with a line) rerankers not exported yet, e.g. a learning curve's fits still to
+            run (the pipeline's judge stage on what is fitted so far); otherwise a missing one is an error.
     """
     from reranking.judging import judge  # the encoders, datasets: seconds that --help does without
 
-    return judge(data, rerankers, cosine, input, k, against, out, device, batch_size, by_article)
+    return judge(data, rerankers, cosine, input, k, against, out, device, batch_size, by_article, skip_missing)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,7 +143,8 @@ def article_of(ds) -> np.ndarray:
 
 
 def judge(data: str, rerankers: list[str] | None, cosine: str | None, input: EncoderInput, k: int,
-          against: list[str] | None, out: str | None, device: str, batch_size: int, by_article: bool) -> str:
+          against: list[str] | None, out: str | None, device: str, batch_size: int, by_article: bool,
+          skip_missing: bool = False) -> str:
     """``python -m reranking.heldout``'s work: each reranker's choices on ``data``'s examples, as a table."""
     if out and Path(out).suffix == ".json":
         raise InputError(f"--out {out}: the table's file (e.g. judge.md); its numbers go beside it as .json")
@@ -163,11 +164,15 @@ def judge(data: str, rerankers: list[str] | None, cosine: str | None, input: Enc
         return sel
 
     for r in rerankers or []:
+        if skip_missing and not (Path(r) / "reranker.json").is_file():
+            print(f"[reranking.heldout] {r}: not exported yet, left out", file=sys.stderr, flush=True)
+            continue
         if not Path(r).is_dir():
             raise InputError(f"--rerankers: {r!r} is not an export directory")
         picks[Path(r).name] = cache.get(Path(r).name, export_identity(Path(r)),
                                         lambda r=r: choose(ds, k, selector(r)))
-    bad = [a for a in against or [] if a not in picks]
+    against = [a for a in against or [] if a in picks or not skip_missing]
+    bad = [a for a in against if a not in picks]
     if bad or not picks:
         raise InputError(f"--against {bad}: not a row (rows: {', '.join(picks) or 'none: give --rerankers or --cosine'})")
     text = table(lm, picks, list(against or []), groups=article_of(ds) if by_article else None, nodoc=nodoc)

@@ -102,8 +102,8 @@ def test_the_plan_lists_the_commands_and_what_is_done(recipe, straight, capsys):
     for module in ("pipeline", "ralm.corpus", "data_gen.build", "reranking.fit", "reranking.heldout", "eval.ppl",
                    "eval.compare"):
         assert f"python -m {module} " in plan, module
-    # done: every command but the pipeline's own two, the judge and the report's comparisons (cheap; always rerun)
-    assert plan.count("   # done") == plan.count("python -m") - 3 - plan.count("python -m eval.compare")
+    # done: every command but the pipeline's own three, the judge and the report's comparisons (cheap; always rerun)
+    assert plan.count("   # done") == plan.count("python -m") - 4 - plan.count("python -m eval.compare")
     assert "--trainer.max_steps 0" in plan and "--reuse_from" in plan and f"--out {straight}" in plan
     assert _pipeline("--config", str(recipe), "--out", str(straight), "--stage", "fit", "--print_plan") == 0
     assert set(re.findall(r"python -m ([\w.]+)", capsys.readouterr().out)) == {"reranking.fit"}
@@ -407,3 +407,8 @@ def test_the_learning_curve_table_and_plot(tmp_path):
     assert "| 12,500 | n12500 | 102.000 | 102.000 | -1.500 | 30.0% |" in lines
     assert any("n3125-untrained 103.000 (10.0%)" in line for line in lines)
     assert curve.judge_plot(r, tmp_path / "judge.png") and (tmp_path / "judge.png").stat().st_size > 1000
+    from pipeline.report import write_judge_curve  # the judge stage's own file: the curve above the judge's table
+
+    (tmp_path / "judge" / "judge.md").write_text("| reranker | ... |\n")
+    assert write_judge_curve(r) == tmp_path / "judge" / "curve.md"
+    assert (tmp_path / "judge" / "curve.md").read_text() == "\n".join([*lines, "| reranker | ... |", ""])
