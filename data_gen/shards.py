@@ -82,6 +82,7 @@ class Layout:
         self.root = Path(out)
         self.build = build
         self.config = self.root / "config.json"
+        self.text_record = self.root / "text.json"  # the training text's sha256: its path is the identity's
         self.manifest = self.root / "manifest.json"
         self.data = self.root  # shards at the top: reranking.fit --data.data_dir OUT
         self.work = self.root / "work"
@@ -129,6 +130,7 @@ def check_config(layout: Layout) -> bool:
             raise BuildError(f"{layout.root} already holds a dataset built with a different configuration "
                              f"({layout.config}): " + "; ".join(diff) + f". Use another --out, rerun with the stored "
                              f"settings, or delete {layout.root} to start over")
+        check_text(layout)
         return True
     if layout.root.exists() and any(p.name not in ("work", LOCK) for p in layout.root.iterdir()):
         raise BuildError(f"--out {layout.root} is not empty and has no config.json: it is not a data_gen output. "
@@ -140,6 +142,29 @@ def store_config(layout: Layout) -> None:
     """Record the dataset's identity; called only once the inputs have been checked."""
     if not layout.config.exists():
         atomic_write_bytes(layout.config, (identity_json(layout.build) + "\n").encode())
+    check_text(layout)
+
+
+def _text_sha256(layout: Layout) -> str | None:
+    f = layout.build.text.file
+    return file_sha256(f) if f and Path(f).is_file() else None
+
+
+def check_text(layout: Layout) -> None:
+    """The training text a dataset was sampled from, by content: a text edited in place (the same path) is
+    refused by name rather than its old samples reused; the first run records it (builds made before this
+    record nothing, and are taken as they are)."""
+    now = _text_sha256(layout)
+    if now is None:
+        return
+    if layout.text_record.exists():
+        before = json.loads(layout.text_record.read_text()).get("sha256")
+        if before and before != now:
+            raise BuildError(f"--text.file {layout.build.text.file} changed since {layout.root} was sampled from it "
+                             f"(sha256 {before[:12]}… then, {now[:12]}… now): its examples are of the old text. Use "
+                             f"another --out, restore the text, or delete {layout.root} to start over")
+    else:
+        atomic_write_json(layout.text_record, {"file": Path(layout.build.text.file).name, "sha256": now})
 
 
 

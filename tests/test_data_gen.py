@@ -491,6 +491,24 @@ def test_scores_file_rebuilds_the_dataset_from_its_retrieval(built, dg_inputs, t
         load_into(str(tmp_path / "scores.npz"), str(other))
 
 
+def test_a_training_text_edited_in_place_is_refused_by_name(built, dg_inputs, tmp_path, capsys):
+    """The build records its training text's sha256 (text.json): a text that changed under the same path since
+    (here: the record of another content) is refused, exit 2, one line naming the text, not reused."""
+    import shutil
+
+    from data_gen.build import main
+    from ralm.files import file_sha256
+
+    record = json.loads((built["out"] / "text.json").read_text())
+    assert record == {"file": dg_inputs["text"].name, "sha256": file_sha256(dg_inputs["text"])}
+    out = tmp_path / "copy"
+    shutil.copytree(built["out"], out)
+    (out / "text.json").write_text(json.dumps({**record, "sha256": "0" * 64}))
+    assert main(build_args(dg_inputs, out)) == 2
+    err = capsys.readouterr().err
+    assert f"--text.file {dg_inputs['text']} changed since {out} was sampled from it" in err and err.count("\n") == 1
+
+
 def test_a_manifest_that_is_not_json_is_one_line(built, dg_inputs, tmp_path, capsys):
     """A damaged manifest.json of a finished build: exit 2, one line with the fix, no traceback."""
     import shutil
