@@ -86,6 +86,7 @@ def _forget_failed_start(layout) -> None:
     if layout.existing_shards() or (layout.scores_dir.is_dir() and any(layout.scores_dir.iterdir())):
         return
     layout.config.unlink(missing_ok=True)
+    layout.text_record.unlink(missing_ok=True)
     shutil.rmtree(layout.work, ignore_errors=True)
 
 
