@@ -102,25 +102,17 @@ class RandomCandidate(Selector):
 
 
 class _ArgminLM(Selector):
+    """The first minimum of the LM's sums; for one that ``abstains``, column 0 is no passage (a tie keeps the
+    window's own tokens) and a pick of it is -1."""
+
     reads_prefix = False
+
     def select(self, batch, lm_nll=None):
         if lm_nll is None:
             raise ValueError(f"the {self.name} selector needs the generator's candidate scores (lm_nll)")
         # torch.argmin returns the first minimum, like the reference; inf marks missing candidates.
-        picks = torch.argmin(lm_nll, dim=1).tolist()
-        return [p if c else -1 for p, c in zip(picks, batch.candidates)]
-
-
-class _ArgminLMOrNone(Selector):
-    """The first minimum over no passage (column 0, so a tie keeps the window's own tokens) and the candidates."""
-
-    reads_prefix = False
-    abstains = True
-
-    def select(self, batch, lm_nll=None):
-        if lm_nll is None:
-            raise ValueError(f"the {self.name} selector needs the generator's scores (lm_nll)")
-        return [p - 1 if c else -1 for p, c in zip(torch.argmin(lm_nll, dim=1).tolist(), batch.candidates)]
+        off = int(self.abstains)
+        return [p - off if c else -1 for p, c in zip(torch.argmin(lm_nll, dim=1).tolist(), batch.candidates)]
 
 
 class ZeroShotLM(_ArgminLM):
@@ -190,18 +182,20 @@ class ZeroShotOtherLM(Selector):
         return picks
 
 
-class ZeroShotOrNone(_ArgminLMOrNone):
+class ZeroShotOrNone(_ArgminLM):
     """Zero-shot that may take no passage: none when no candidate lowers the NLL of the s' prefix tokens."""
 
     name = "zero-shot-abstain"
     lm_ranking = "prefix"
+    abstains = True
 
 
-class OracleOrNone(_ArgminLMOrNone):
+class OracleOrNone(_ArgminLM):
     """The oracle that may take no passage: never worse than ``none`` on a stride (an upper bound, analysis only)."""
 
     name = "oracle-abstain"
     lm_ranking = "targets"
+    abstains = True
 
 
 BUILTIN = {"none": NoRetrieval, "bm25": BM25First, "first": BM25First, "random": RandomCandidate,
