@@ -4,6 +4,7 @@
     python -m pipeline --config configs/recipes/demo.yaml --print_plan     # the commands, to run by hand
     python -m pipeline --config my-recipe.yaml --until data                # split, index and data only
     python -m pipeline --config my-recipe.yaml --stage report              # the report again
+    python -m pipeline --config configs/recipes/demo.yaml --verify         # the finished run against its expected
 
 A recipe names the causal LM, the reranker's encoder, the corpus, the texts (train, dev, report), the split,
 the training data, the fits (stacked reranking.fit configs, seeds), optionally a held-out judge, the rerankers
@@ -27,7 +28,8 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
              texts: Texts | None = None, corpus: Corpus = Corpus(), split: Split = Split(), data: Data = Data(),
              fits: list[Fit] | None = None, judge: Judge | None = None, eval: Evaluation = Evaluation(),
              report: Report = Report(), precision: str = "auto", prepare: str | None = None,
-             stage: str | None = None, until: str | None = None, print_plan: bool = False) -> int:
+             expected: str | None = None, stage: str | None = None, until: str | None = None,
+             print_plan: bool = False, verify: bool = False, expect: bool = False) -> int:
     """Run a recipe (finished steps are kept), or print its plan.
 
     Args:
@@ -47,9 +49,14 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
             for every stage.
         prepare: The command that makes the recipe's input files (e.g. the demo's world): an input that is
             missing when the pipeline starts is named with it.
+        expected: The recipe's expected results (configs/recipes/NAME.expected.yaml): what --verify checks a
+            finished run against, and where --expect records one (default: OUT/expected.yaml).
         stage: Run only this stage: split, index, data, fit, judge, eval or report.
         until: Run every stage up to and including this one.
         print_plan: Print the commands (marking those done) and run nothing.
+        verify: Run nothing; check the finished run's tables against the expected results: a line per figure,
+            OK / OKISH / FAIL, exit status 1 on any FAIL.
+        expect: Run nothing; record the finished run's tables as a measurement of the expected results.
     """
     from pipeline.plan import Recipe, describe, plan, select  # yaml and the stages' settings only
     from pipeline.stamps import Ledger
@@ -63,6 +70,8 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
         raise SettingsError("a recipe needs texts and fits: pass --config configs/recipes/NAME.yaml (see --help)")
     recipe = Recipe(out=out, lm=lm, encoder=encoder, texts=texts, corpus=corpus, split=split, data=data, fits=fits,
                     judge=judge, eval=eval, report=report, prepare=prepare, precision=precision, argv=_argv())
+    if verify or expect:
+        return _expected(recipe, expected, verify)
     steps = select(plan(recipe), stage, until)
     if print_plan:
         ledger = Ledger(recipe, plan(recipe))
@@ -71,18 +80,42 @@ def pipeline(out: str = "runs/pipeline", lm: str | None = None, encoder: str | N
     return run_plan(recipe, steps)
 
 
+def _expected(recipe, path: str | None, verify: bool) -> int:
+    """--verify (print each figure's grade; 1 on any FAIL) or --expect (record the run as a measurement)."""
+    from pathlib import Path
+
+    from pipeline import expected as ex
+    from pipeline.report import machine
+    from ralm.shipped import locate
+
+    precision, device = ex.run_kind(recipe.root, recipe.precision)
+    target = Path(locate(path)) if path else recipe.root / "expected.yaml"
+    if verify:
+        head, lines = ex.verify(ex.load(target), recipe.root, ex.kind(precision, device))
+        print(ex.report_text(head, lines), end="")
+        return 1 if any(x.grade == "FAIL" for x in lines) else 0
+    argv = [a for a in _argv() if a not in ("--expect", "--verify")]
+    m = ex.measure(recipe.root, recipe.eval_texts(), precision, device, "python -m pipeline " + " ".join(argv),
+                   machine())
+    configs = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
+    ex.record(target, configs[-1] if configs else "(the command line's settings)", m)
+    print(f"recorded measurement {m['name']!r} ({len(m['tables'])} tables) in {target}")
+    return 0
+
+
 def _argv() -> list[str]:
     return list(_ARGV) if _ARGV is not None else sys.argv[1:]
 
 
 _ARGV: list[str] | None = None
+FLAGS = ("--print_plan", "--verify", "--expect")
 
 
 def main(argv: list[str] | None = None) -> int:
     global _ARGV
     _ARGV = sys.argv[1:] if argv is None else list(argv)
-    args = [a for i, a in enumerate(_ARGV) for a in ((a, "true") if a == "--print_plan" and (
-        i + 1 == len(_ARGV) or _ARGV[i + 1].startswith("--")) else (a,))]  # a bare --print_plan, as a flag
+    args = [a for i, a in enumerate(_ARGV) for a in ((a, "true") if a in FLAGS and (
+        i + 1 == len(_ARGV) or _ARGV[i + 1].startswith("--")) else (a,))]  # a bare --print_plan etc., as a flag
     return run(pipeline, args, "python -m pipeline", description=__doc__)
 
 

@@ -1,5 +1,6 @@
 """The demo's claim, end to end: retrieval helps, the LM-supervised reranker helps more, and it beats
-the same encoder without LM supervision.
+the same encoder without LM supervision; and its published figures, verified (``--verify``) against the
+recipe's expected results (``configs/recipes/demo.expected.yaml``) within the tolerance of this machine's kind.
 
 Runs ``python -m pipeline --config configs/recipes/demo.yaml`` (what ``scripts/demo.sh`` runs, in its own
 process) on the demo's world less the dev and held-out texts and without the zero-shot row (reported by the
@@ -15,6 +16,7 @@ slowest test (424-528 s in float32 on a 2-core AVX2-only CPU, about half of the 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.expected import dump, load
 from ralm import models
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,10 +55,47 @@ def ppl(tmp_path_factory) -> dict[str, dict[str, float]]:
     proc = subprocess.run([sys.executable, "-m", "pipeline", "--config", str(tmp / "recipe.yaml")],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ppl = {"eval": {name: json.loads((tmp / "run" / "ppl" / "eval" / name / "results.json").read_text())["ppl_word"]
+    ppl = {"run": tmp / "run", "recipe": tmp / "recipe.yaml",
+           "eval": {name: json.loads((tmp / "run" / "ppl" / "eval" / name / "results.json").read_text())["ppl_word"]
                     for name in ("none", "bm25", "cosine", "predictive", "oracle")}}
     print("demo run, eval:", _table(ppl["eval"]))  # shown with pytest -s
     return ppl
+
+
+def _claim_only(expected: dict) -> dict:
+    """The expected results less what the test's run leaves out: the held-out text and the zero-shot row."""
+    for m in expected["measurements"]:
+        m["tables"] = [t | {"markdown": "\n".join(line for line in t["markdown"].splitlines()
+                                                  if not line.startswith("| zero-shot |")) + "\n"}
+                       for t in m["tables"] if t["where"] == "eval"]
+    return expected
+
+
+def _verify(ppl, expected: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", "--config", str(ppl["recipe"]), "--out", str(out),
+                           "--expected", str(expected), "--verify"], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_published_figures_verify(ppl, tmp_path):
+    """Every published figure of the evaluation text (perplexity, change and interval against bm25 and cosine) is
+    OK or OKISH on this machine's kind; one figure moved in a copy of the report fails, exit status 1."""
+    expected = tmp_path / "demo.expected.yaml"
+    expected.write_text(dump(_claim_only(load(ROOT / "configs" / "recipes" / "demo.expected.yaml"))))
+    proc = _verify(ppl, expected, ppl["run"])
+    print(proc.stdout)
+    assert proc.returncode == 0 and " 0 FAIL" in proc.stdout and "the same kind" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stdout.count("\nOK") >= 15, proc.stdout  # 5 rows' values, 4 + 4 changes against bm25 and cosine
+
+    copy = tmp_path / "copy"
+    shutil.copytree(ppl["run"] / "report", copy / "report")
+    table = copy / "report" / "eval" / "vs-bm25" / "comparison.md"
+    row = next(line for line in table.read_text().splitlines() if line.startswith("| predictive |"))
+    word = row.split("|")[2].strip()
+    table.write_text(table.read_text().replace(row, row.replace(f"| {word} |", f"| {float(word) * 1.05:.3f} |")))
+    proc = _verify(ppl, expected, copy)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and "predictive value" in failed[0] and "eval/vs-bm25" in failed[0], proc.stdout
 
 
 def _table(ppl):
