@@ -126,6 +126,14 @@ def check_config(layout: Layout) -> bool:
         except ValueError:
             raise BuildError(f"{layout.config} is not valid JSON; delete {layout.root} to start over") from None
         diff = config_diff(stored, layout.build)
+        smaller = stored.get("examples", 0) > layout.build.examples
+        if smaller and [d.split(":")[0] for d in diff] == ["examples"]:  # keep what was scored: read a prefix
+            n, have = layout.build.examples, stored["examples"]
+            raise BuildError(f"{layout.root} holds a set of {have:,} examples built with these settings; a set of "
+                             f"{n:,} is its first {n:,} (the sampler draws positions in example order, so any prefix "
+                             f"is a uniform sample): train on them with `python -m reranking.fit --data.examples {n}` "
+                             f"(a pipeline fit: set: {{data.examples: {n}}}), nothing rescored and nothing removed; "
+                             f"or give another --out to sample {n:,} anew")
         if diff:
             raise BuildError(f"{layout.root} already holds a dataset built with a different configuration "
                              f"({layout.config}): " + "; ".join(diff) + f". Use another --out, rerun with the stored "

@@ -13,6 +13,8 @@ caller does other work (the LM scoring the previous chunk), and a reader thread 
 answers. If the search process dies (a JVM crash, the OOM killer), it is restarted and the requests
 still pending are sent again: a search is a pure function of its inputs, so nothing is lost. Its
 Java logging goes to a log file whose tail is quoted in any error (``verbose=True`` shows it live).
+The search process ends with its parent, however the parent ends (SIGKILL included): it watches for being
+orphaned rather than waiting for its pipe to close after the search under way.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -81,7 +84,7 @@ class SearchProcess:
         child_r, parent_w = os.pipe()
         self._log_path = Path(self._log_dir.name) / f"search-{self.restarts_left}.log"
         log = None if self.verbose else open(self._log_path, "w")
-        cmd = [sys.executable, "-m", "ralm.search_process", str(child_r), str(child_w)]
+        cmd = [sys.executable, "-m", "ralm.search_process", str(child_r), str(child_w), str(os.getpid())]
         env = {**os.environ, "PYTHONFAULTHANDLER": "", "OMP_NUM_THREADS": "1"}
         env.pop("PYTHONFAULTHANDLER")
         self._proc = subprocess.Popen(cmd, pass_fds=(child_r, child_w), stdin=subprocess.DEVNULL,
@@ -223,8 +226,27 @@ class SearchProcess:
             pass
 
 
-def serve(read_fd: int, write_fd: int) -> None:
+#: How often the search process checks that its parent is alive (seconds).
+ORPHAN_POLL = 0.2
+
+
+def exit_when_orphaned(parent: int, every: float = ORPHAN_POLL) -> threading.Thread:
+    """Exit this process (its JVM with it) as soon as ``parent`` is no longer its parent: a parent killed
+    mid-search would otherwise leave it running that search, and a JVM starting, for seconds."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(0)
+
+    t = threading.Thread(target=watch, daemon=True, name="orphan-watch")
+    t.start()
+    return t
+
+
+def serve(read_fd: int, write_fd: int, parent: int | None = None) -> None:
     """The child: open the retriever, then answer requests in order until ``close`` or EOF."""
+    if parent is not None:
+        exit_when_orphaned(parent)
     recv, send = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     _, index, k1, b, threads, max_heap = recv.recv()
     try:
@@ -256,4 +278,4 @@ def serve(read_fd: int, write_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -149,6 +149,11 @@ def test_rerun_is_a_noop_and_other_config_refused(built, dg_inputs, capsys):
     assert main(build_args(dg_inputs, built["out"], "--retrieval.k", "8")) == 2
     err = capsys.readouterr().err
     assert "different configuration" in err and "retrieval.k: stored 16, now 8" in err
+    # a smaller set is a prefix of this one: refused with how to read it, nothing removed
+    assert main(build_args(dg_inputs, built["out"], "--examples", "16")) == 2
+    err = capsys.readouterr().err
+    assert "holds a set of 40 examples" in err and "--data.examples 16" in err, err
+    assert before == {f: os.path.getmtime(f) for f in glob.glob(str(built["out"] / "*"))}
 
 
 def started_build(dg_inputs, out: Path) -> subprocess.Popen:

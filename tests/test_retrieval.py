@@ -183,6 +183,41 @@ def test_search_process_pipelines_and_survives_a_kill(retriever, bm25_corpus, qu
         same(sp.submit(queries, 5, exclude_titles=excl).result(timeout=120))
 
 
+def test_the_search_process_ends_with_its_parent(retriever, tmp_path):
+    """A parent SIGKILLed while its search process is busy (a long search, a JVM starting): the search process is
+    gone within about a second (it watches for being orphaned), not left running until its pipe is read again.
+    The busy child is a process that calls the search process's watch and then sleeps for minutes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_data_gen import ROOT
+
+    assert retriever._proc.args[-1] == str(os.getpid())  # the search process is told its parent
+    busy = ("import os, time\nfrom ralm.search_process import exit_when_orphaned\n"
+            "exit_when_orphaned(os.getppid())\nprint(os.getpid(), flush=True)\ntime.sleep(600)\n")
+    script = (f"import subprocess, sys, time\nc = subprocess.Popen([sys.executable, '-c', {busy!r}])\n"
+              "time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail(f"the child {child} outlived its SIGKILLed parent by 10 s")
+    assert time.time() - t0 < 3
+
+
 def test_many_large_requests_submitted_at_once_do_not_deadlock(retriever, queries):
     """Requests and answers each larger than a pipe's buffer, all submitted before any is read (as
     ``data_gen.retrieve`` submits a whole shard's batches): the submitter blocks on the child's full
