@@ -29,6 +29,7 @@ from pipeline.stamps import Ledger, describe_stale
 from pipeline.texts import write_texts
 from ralm.cli import run_module
 from ralm.lock import claim
+from ralm.models import ModelError, resolve
 from ralm.settings import InputError
 
 
@@ -128,11 +129,43 @@ def check_inputs(r: Recipe, steps: list[Step]) -> None:
                                                                     "; fix the path in the recipe"))
 
 
+#: Architectures (``config.json``) of a causal LM: what the recipe's ``lm`` must be and its ``encoder`` must not.
+CAUSAL = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def check_models(r: Recipe, steps: list[Step]) -> None:
+    """The recipe's LM and encoder, where a pending step reads them: resolved (a short name not fetched yet is
+    named with its fetch command) and of the right kind (an LM that is not a causal LM, an encoder that is one),
+    before the first stage rather than when its stage starts."""
+    pending = {s.stage for s in steps if not s.finished()}
+    for what, spec, stages, causal in (("lm", r.lm, {"data", "eval"}, True), ("encoder", r.encoder, {"fit"}, False)):
+        if not spec or not pending & stages:
+            continue
+        try:
+            where = resolve(spec)
+        except ModelError as e:
+            raise InputError(f"{what}: {e}") from None
+        config = Path(where.path) / "config.json"
+        if where.gguf_file or not config.is_file():  # a GGUF file is a causal LM; a hub id is checked when loaded
+            if where.gguf_file and not causal:
+                raise InputError(f"encoder {spec!r} is a GGUF causal LM; the reranker's encoder is a bidirectional "
+                                 "encoder (e.g. minilm-l6, a BERT or RoBERTa directory)")
+            continue
+        archs = json.loads(config.read_text()).get("architectures") or []
+        is_causal = any(a.endswith(CAUSAL) for a in archs)
+        if archs and is_causal != causal:
+            raise InputError(f"{what} {spec!r} is {'/'.join(archs)}: " + (
+                "not a causal LM; the LM reads the passages and the text (e.g. smollm2-135m, a GPT-2 directory)"
+                if causal else "a causal LM; the reranker's encoder is a bidirectional encoder (e.g. minilm-l6, a "
+                "BERT or RoBERTa directory); the causal LM goes in `lm:`"))
+
+
 def run(r: Recipe, steps: list[Step]) -> int:
     """Carry out ``steps`` (skipping finished ones); the exit status of the first that fails, else 0."""
     ledger = Ledger(r, plan(r))
     try:
         check(steps)
+        check_models(r, steps)
         check_inputs(r, steps)
         for step in steps:
             why = ledger.stale(step)

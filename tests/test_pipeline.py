@@ -315,10 +315,11 @@ def test_every_shipped_recipe_parses_into_a_plan(capsys):
     assert "--stage / --until 'fitting'" in capsys.readouterr().err
 
 
-def test_a_recipes_mistakes_are_one_line_and_nothing_is_written(tmp_path, capsys):
+def test_a_recipes_mistakes_are_one_line_and_nothing_is_written(tmp_path, capsys, tiny_bert_dir):
     """An unknown reranker row, a seed twice, a report text the eval does not know, a judge without held-out
     articles or against an unknown row, a baseline nobody evaluates, a fit that never validates, a stage's bad
-    value in set: exit 2, one line naming the setting, before any stage writes anything."""
+    value in set, an LM or encoder of the wrong kind: exit 2, one line naming the setting, before any stage writes
+    anything."""
     demo = str(ROOT / "configs" / "recipes" / "demo.yaml")
     out = tmp_path / "out"
     for flags, said in ((["--eval.rerankers", "[none,bm25,bm3]"], "eval.rerankers ['bm3']"),
@@ -335,7 +336,11 @@ def test_a_recipes_mistakes_are_one_line_and_nothing_is_written(tmp_path, capsys
                          "would never validate"),
                         # checked by the stage's own command before the first stage runs
                         (["--eval.set", "{windows.stride: -4}"], "eval step 'eval: zero-shot': invalid windows"),
-                        (["--data.set", "{examples: 0}"], "data step 'the training set, LM-scored': invalid build")):
+                        (["--data.set", "{examples: 0}"], "data step 'the training set, LM-scored': invalid build"),
+                        # models resolved and of their kind
+                        (["--encoder", str(ROOT / "demo" / "assets" / "lm")], "a causal LM; the reranker's encoder"),
+                        (["--lm", str(tiny_bert_dir)], "not a causal LM; the LM reads"),
+                        (["--lm", str(tmp_path / "no-such-lm")], "lm: model path")):
         assert _pipeline("--config", demo, "--out", str(out), *flags) == 2, flags
         err = capsys.readouterr().err
         assert said in err and len([line for line in err.splitlines() if "error:" in line]) == 1, err
