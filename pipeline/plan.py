@@ -18,6 +18,7 @@ Layout of ``OUT`` (the recipe's ``out``)::
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -281,7 +282,9 @@ def _index(r: Recipe) -> list[Step]:
     if src is None:
         return []
     fmt = "auto" if src != Path(r.corpus.file or "") else r.corpus.format
+    fields = r.corpus.fields if src == Path(r.corpus.file or "") else None  # a split corpus is records no more
     argv = ["--text.file", str(src), *(["--format", fmt] if fmt != "auto" else []),
+            *(["--fields", json.dumps(fields)] if fields else []),
             *(["--words", str(r.corpus.words)] if r.corpus.words != 100 else []), "--out", str(r.root / "corpus")]
     return [Step("index", "Lucene index", "ralm.corpus", argv, r.root / "corpus" / "corpus.json")]
 

@@ -27,6 +27,8 @@ class Source:
         name: The dataset's configuration.
         split: The dataset's split.
         format: auto (told by the path), text, jsonl, beir, tsv, csv, parquet, hf_disk or txt_dir.
+        fields: The records' columns of id, title and text where they are not the usual names, e.g.
+            {id: doc_no, text: passage_text}.
         articles: [first, end]: only these titled articles, in text order (0-based, end excluded).
     """
 
@@ -35,6 +37,7 @@ class Source:
     name: str | None = None
     split: str = "train"
     format: str = "auto"
+    fields: dict[str, str] | None = None
     articles: list[int] | None = None
 
     def __post_init__(self) -> None:
@@ -51,7 +54,8 @@ class Source:
     @property
     def as_is(self) -> bool:
         """A plain text or a hub dataset read whole: the commands can read it where it is."""
-        return self.articles is None and (self.dataset is not None or self.format in ("auto", "text"))
+        return self.articles is None and not self.fields and (self.dataset is not None or
+                                                              self.format in ("auto", "text"))
 
     def text(self) -> Text:
         """The ``--text.*`` setting that reads this source where it is."""
@@ -92,6 +96,8 @@ class Corpus:
         file: Documents or passages to index (any format of texts.*: jsonl, beir, parquet and saved datasets
             are passages indexed as they are; text and .txt folders are articles cut into passages).
         format: auto, text, jsonl, beir, tsv, csv, parquet, hf_disk or txt_dir.
+        fields: The records' columns of id, title and text where they are not the usual names, e.g.
+            {id: doc_no, text: passage_text}.
         index: An existing Lucene index instead (a directory, or a Pyserini prebuilt name): no index stage.
         words: Words per passage when articles are cut.
         exclude: Documents that leave the corpus, by title or id (e.g. those that duplicate an evaluated text).
@@ -100,6 +106,7 @@ class Corpus:
 
     file: str | None = None
     format: str = "auto"
+    fields: dict[str, str] | None = None
     index: str | None = None
     words: int = 100
     exclude: list[str] | None = None

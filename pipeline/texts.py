@@ -27,7 +27,8 @@ def read_source(src: Source, flag: str) -> str:
     if src.dataset:
         return src.text().load()
     fmt = resolve_format(src.file, src.format, flag)
-    return read_text_file(src.file, flag) if fmt == "text" else as_wikitext(read_documents(src.file, fmt, flag))
+    return (read_text_file(src.file, flag) if fmt == "text" else
+            as_wikitext(read_documents(src.file, fmt, flag, src.fields)))
 
 
 def titled_articles(text: str) -> list[tuple[str, str]]:
@@ -151,7 +152,7 @@ def _excluded_corpus(r: Recipe, passages: bool) -> str:
         pieces, titles = split_articles(text)
         check_exclusions(drop, titles, fmt)
         return "".join(p for p, t in zip(pieces, titles) if not (t and t in drop))
-    docs = list(read_documents(r.corpus.file, fmt, "corpus.file"))
+    docs = list(read_documents(r.corpus.file, fmt, "corpus.file", r.corpus.fields))
     check_exclusions(drop, [x for d in docs for x in (d.id, d.title)], fmt)
     docs = [d for d in docs if d.id not in drop and d.title not in drop]
     if passages:

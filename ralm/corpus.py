@@ -22,7 +22,8 @@ from ralm.cli import run
 from ralm.settings import WIKITEXT103_TRAIN, Text
 
 
-def corpus(out: str, text: Text = WIKITEXT103_TRAIN, format: str = "auto", words: int = 100,
+def corpus(out: str, text: Text = WIKITEXT103_TRAIN, format: str = "auto", fields: dict[str, str] | None = None,
+           words: int = 100,
            threads: int | None = None, max_passages: int | None = None, max_heap: str | None = None,
            optimize: bool = False, jsonl_only: bool = False, verbose: bool = False) -> str:
     """Cut a corpus into titled, non-overlapping passages (or take its records as they are) and index them.
@@ -32,6 +33,8 @@ def corpus(out: str, text: Text = WIKITEXT103_TRAIN, format: str = "auto", words
         text: The corpus: a file or folder of any format above, or a Hugging Face text dataset (WikiText-103
             train by default).
         format: auto (told by the path), text, jsonl, beir, tsv, csv, parquet, hf_disk or txt_dir.
+        fields: The records' columns of id, title and text where they are not the usual names (id, _id, docid,
+            pid; contents, text, passage, body; title), e.g. '{id: doc_no, text: passage_text}'.
         words: Words per passage (articles only).
         threads: Indexing threads (JSONL shards = threads; default: all cores).
         max_passages: Stop after this many passages (for demos).
@@ -42,7 +45,7 @@ def corpus(out: str, text: Text = WIKITEXT103_TRAIN, format: str = "auto", words
     """
     from ralm.passages import index_corpus  # datasets, pyarrow: a second of imports --help does without
 
-    return index_corpus(out, text, format=format, words=words, threads=threads, max_passages=max_passages,
+    return index_corpus(out, text, format=format, fields=fields, words=words, threads=threads, max_passages=max_passages,
                         max_heap=max_heap, optimize=optimize, jsonl_only=jsonl_only, verbose=verbose)
 
 

@@ -50,6 +50,8 @@ TAKEN = ("a text file (raw WikiText layout or plain UTF-8), a .jsonl file or fol
          "id / title / text columns) or a .csv file with such a header (each also .gz), a .parquet file, a Hugging "
          "Face dataset saved with save_to_disk, or a folder of .txt files")
 #: The usual names of a record's fields, first found wins.
+#: The fields of a record a ``fields`` mapping may name (its column for each, where not a usual name).
+FIELDS = ("id", "title", "text")
 ID_KEYS = ("id", "_id", "docid", "pid", "doc_id")
 TEXT_KEYS = ("contents", "text", "passage", "body")
 
@@ -143,21 +145,25 @@ def read_text_file(path: str | Path, flag: str) -> str:
                          "(e.g. iconv -t utf-8) or give one of: " + TAKEN) from None
 
 
-def read_documents(path: str | Path, format: str = "auto", flag: str = "--corpus.file") -> Iterator[Document]:
-    """The records of a source of any format but ``text`` (see :func:`read_text_file` for that)."""
+def read_documents(path: str | Path, format: str = "auto", flag: str = "--corpus.file",
+                   fields: dict[str, str] | None = None) -> Iterator[Document]:
+    """The records of a source of any format but ``text`` (see :func:`read_text_file` for that); ``fields`` names
+    the columns of its id, title and text where they are not among the usual names (e.g. ``{id: pid, text:
+    passage_text}``)."""
     fmt = resolve_format(path, format, flag)
     p = Path(path)
+    fields = _check_fields(fields, fmt, flag)
     if fmt in ("jsonl", "beir"):
-        yield from _jsonl_records(p, flag)
+        yield from _jsonl_records(p, flag, fields)
     elif fmt in ("tsv", "csv"):
-        yield from _delimited_records(p, fmt, flag)
+        yield from _delimited_records(p, fmt, flag, fields)
     elif fmt == "parquet":
         try:
             rows = pq.read_table(p).to_pylist()
         except (pa.ArrowInvalid, OSError) as e:
             raise InputError(f"{flag} {str(p)!r} is not a readable parquet file ({' '.join(str(e).split())}); "
                              f"give {TAKEN}") from None
-        yield from _table_records(rows, str(p), flag)
+        yield from _table_records(rows, str(p), flag, fields)
     elif fmt == "hf_disk":
         from datasets import load_from_disk  # 1-2 s of imports, only for this format
 
@@ -167,7 +173,7 @@ def read_documents(path: str | Path, format: str = "auto", flag: str = "--corpus
             raise InputError(f"{flag} {str(p)!r} is not a dataset saved with save_to_disk ({e})") from None
         if hasattr(ds, "keys") and not hasattr(ds, "column_names"):  # a DatasetDict: its first split
             ds = ds[next(iter(ds.keys()))]
-        yield from _table_records(iter(ds), str(p), flag)
+        yield from _table_records(iter(ds), str(p), flag, fields)
     elif fmt == "txt_dir":
         files = sorted(p.rglob("*.txt")) if p.is_dir() else []
         if not files:
@@ -178,7 +184,19 @@ def read_documents(path: str | Path, format: str = "auto", flag: str = "--corpus
         raise InputError(f"{flag} {str(p)!r} is a text, not a source of records; read it as text")
 
 
-def _delimited_records(path: Path, fmt: str, flag: str) -> Iterator[Document]:
+def _check_fields(fields: dict[str, str] | None, fmt: str, flag: str) -> dict[str, str] | None:
+    if not fields:
+        return None
+    bad = sorted(set(fields) - set(FIELDS))
+    if bad:
+        raise InputError(f"{flag} fields {bad}: map any of {', '.join(FIELDS)} to a column name (e.g. {{id: pid, "
+                         "text: passage_text}})")
+    if fmt not in PASSAGE_FORMATS:
+        raise InputError(f"{flag}: fields name columns of records; a {fmt} source has none (drop fields)")
+    return {k: str(v) for k, v in fields.items()}
+
+
+def _delimited_records(path: Path, fmt: str, flag: str, fields: dict[str, str] | None = None) -> Iterator[Document]:
     """TSV or CSV rows as records: a header naming the columns, or (TSV only) MS MARCO's ``id<TAB>text``."""
     csv.field_size_limit(sys.maxsize)  # passages longer than csv's 128 KiB default
     with _open(path) as f:
@@ -189,13 +207,20 @@ def _delimited_records(path: Path, fmt: str, flag: str) -> Iterator[Document]:
             if first is None:
                 raise InputError(f"{flag} {str(path)!r} holds no records")
             names = [c.strip().lower() for c in first]
-            if any(k in names for k in ID_KEYS) and any(k in names for k in TEXT_KEYS):
+            if fields:  # header names are read lower-case: so are the columns fields names
+                fields = {k: v.lower() for k, v in fields.items()}
+                named = all(v in names for v in fields.values())
+            else:
+                named = any(k in names for k in ID_KEYS) and any(k in names for k in TEXT_KEYS)
+            if named:
                 rows, start = reader, 2
-            elif fmt == "tsv" and len(first) == 2:  # MS MARCO collection.tsv: pid<TAB>passage, no header
+            elif fmt == "tsv" and len(first) == 2 and not fields:  # MS MARCO collection.tsv: pid<TAB>passage
                 names, rows, start = ["id", "text"], _chain(first, reader), 1
             else:
                 raise InputError(f"{flag} {str(path)!r}: its first line {first[:5]} names no id and text columns "
-                                 f"(ids: {', '.join(ID_KEYS)}; texts: {', '.join(TEXT_KEYS)}); add a header line"
+                                 + (f"(fields {fields})" if fields else
+                                    f"(ids: {', '.join(ID_KEYS)}; texts: {', '.join(TEXT_KEYS)})")
+                                 + "; add a header line, or name its columns with fields: {id: ..., text: ...}"
                                  + (" (a TSV of exactly two columns needs none: id<TAB>text)" if fmt == "tsv" else ""))
             for i, row in enumerate(rows, start):
                 if not row:
@@ -203,7 +228,7 @@ def _delimited_records(path: Path, fmt: str, flag: str) -> Iterator[Document]:
                 if len(row) != len(names):
                     raise InputError(f"{path}:{i} has {len(row)} {fmt.upper()} fields where the header has "
                                      f"{len(names)}")
-                yield _record(dict(zip(names, row)), f"{path}:{i}")
+                yield _record(dict(zip(names, row)), f"{path}:{i}", fields)
         except UnicodeDecodeError as e:
             raise InputError(f"{flag} {str(path)!r} is not UTF-8 text ({e.reason}); convert it to UTF-8") from None
         except (csv.Error, EOFError, gzip.BadGzipFile) as e:
@@ -216,14 +241,14 @@ def _chain(first: list[str], rest) -> Iterator[list[str]]:
     yield from rest
 
 
-def _jsonl_records(path: Path, flag: str) -> Iterator[Document]:
+def _jsonl_records(path: Path, flag: str, fields: dict[str, str] | None = None) -> Iterator[Document]:
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
     for f in files:
         with _open(f) as lines:
             try:
                 for i, line in enumerate(lines, 1):
                     if line.strip():
-                        yield _record(_json(line, f, i), f"{f}:{i}")
+                        yield _record(_json(line, f, i), f"{f}:{i}", fields)
             except UnicodeDecodeError as e:
                 raise InputError(f"{flag} {str(f)!r} is not UTF-8 text ({e.reason}); convert it to UTF-8") from None
             except (gzip.BadGzipFile, EOFError):
@@ -240,19 +265,27 @@ def _json(line: str, f: Path, i: int) -> dict:
     return row
 
 
-def _table_records(rows, where: str, flag: str) -> Iterator[Document]:
+def _table_records(rows, where: str, flag: str, fields: dict[str, str] | None = None) -> Iterator[Document]:
     for i, row in enumerate(rows):
-        yield _record(row, f"{where} row {i}")
+        yield _record(row, f"{where} row {i}", fields)
 
 
-def _record(row: dict, where: str) -> Document:
+def _record(row: dict, where: str, fields: dict[str, str] | None = None) -> Document:
     """A Pyserini ({"id", "contents"}), BEIR ({"_id", "title", "text"}) or table row as a :class:`Document` (its
-    fields under any of their usual names: :data:`ID_KEYS`, :data:`TEXT_KEYS`)."""
+    fields under any of their usual names: :data:`ID_KEYS`, :data:`TEXT_KEYS`; or the columns ``fields`` names)."""
+    if fields:
+        missing = [f"{k} ({c!r})" for k, c in fields.items() if c not in row]
+        if missing:
+            raise InputError(f"{where} has no column for fields {', '.join(missing)}; it has {sorted(row)}")
+        values = {k: row[c] for k, c in fields.items()}  # under the names read below; the usual ones give way
+        usual = {"id": ID_KEYS, "text": TEXT_KEYS, "title": ("title",)}
+        row = {k: v for k, v in row.items() if not any(k in usual[f] for f in values)} | values
     docid = next((row[k] for k in ID_KEYS if row.get(k) is not None), None)
     text_key = next((k for k in TEXT_KEYS if k in row), None)
     if docid is None or text_key is None:
         raise InputError(f"{where} needs an id ({', '.join(ID_KEYS)}) and a text ({', '.join(TEXT_KEYS)}; with "
-                         f"\"title\" beside it, or the title on contents' first line); it has {sorted(row)}")
+                         f"\"title\" beside it, or the title on contents' first line); it has {sorted(row)}: name "
+                         "its columns with fields, e.g. {id: doc_no, title: heading, text: passage_text}")
     if text_key == "contents":
         contents = str(row["contents"] or "")
         title, _, text = contents.partition("\n") if "\n" in contents else ("", "", contents)

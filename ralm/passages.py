@@ -145,7 +145,8 @@ def build_index(
     return index_dir
 
 
-def index_corpus(out: str | Path, text: Text, format: str = "auto", words: int = 100, threads: int | None = None,
+def index_corpus(out: str | Path, text: Text, format: str = "auto", fields: dict[str, str] | None = None,
+                 words: int = 100, threads: int | None = None,
                  max_passages: int | None = None, max_heap: str | None = None, optimize: bool = False,
                  jsonl_only: bool = False, verbose: bool = False) -> str:
     """``python -m ralm.corpus``: write ``text``'s passages to OUT/jsonl and index them into OUT/index;
@@ -166,7 +167,8 @@ def index_corpus(out: str | Path, text: Text, format: str = "auto", words: int =
     t0 = time.perf_counter()
     try:
         if fmt in PASSAGE_FORMATS:
-            n = write_jsonl_passages(_unique(read_documents(text.file, fmt, "--text.file")), jsonl_dir, shards=threads,
+            n = write_jsonl_passages(_unique(read_documents(text.file, fmt, "--text.file", fields)), jsonl_dir,
+                                     shards=threads,
                                      max_passages=max_passages)
         else:
             n = write_passages(_articles(text, fmt), jsonl_dir, shards=threads, words=words, max_passages=max_passages)

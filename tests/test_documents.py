@@ -93,3 +93,25 @@ def test_what_is_not_a_corpus_is_one_line(tmp_path):
     fake.write_text("not gzip")
     with pytest.raises(InputError, match="not gzip-compressed"):
         list(read_documents(fake))
+
+
+def test_columns_under_other_names_are_mapped_with_fields(tmp_path):
+    """A parquet, CSV and JSONL whose columns have other names (doc_no, heading, passage_text) read as the same
+    documents when ``fields`` names them; a named column that is missing, a field that is not id / title / text,
+    or fields on a source without columns, one line each."""
+    rows = [{"doc_no": d.id, "heading": d.title, "passage_text": d.text, "contents": "not this"} for d in DOCS]
+    fields = {"id": "doc_no", "title": "heading", "text": "passage_text"}
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "odd.parquet")
+    (tmp_path / "odd.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write(tmp_path / "odd.csv", _csv([[d.id, d.title, d.text] for d in DOCS], ["Doc_No", "Heading", "Passage_Text"]))
+    for name in ("odd.parquet", "odd.jsonl", "odd.csv"):
+        assert list(read_documents(tmp_path / name, fields=fields)) == DOCS, name
+    with pytest.raises(InputError, match="names no id and text columns"):  # without fields: refused, not guessed
+        list(read_documents(tmp_path / "odd.csv"))
+    with pytest.raises(InputError, match=r"no column for fields text \('body_text'\); it has \['contents', 'doc_no'"):
+        list(read_documents(tmp_path / "odd.parquet", fields={"id": "doc_no", "text": "body_text"}))
+    with pytest.raises(InputError, match=r"fields \['url'\]: map any of id, title, text"):
+        list(read_documents(tmp_path / "odd.parquet", fields={"url": "doc_no"}))
+    (tmp_path / "plain.txt").write_text("= A =\n\nsome text\n")
+    with pytest.raises(InputError, match="a text source has none"):
+        list(read_documents(tmp_path / "plain.txt", "text", fields=fields))

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 pytestmark = pytest.mark.slow
@@ -360,6 +362,19 @@ def test_the_readmes_walkthrough_recipe_plans(tmp_path, capsys):
     plan = capsys.readouterr().out
     assert [line for line in plan.splitlines() if line.startswith("# ")] == [
         "# index", "# data", "# fit", "# eval", "# report"]
+
+
+def test_corpus_fields_reach_the_index_command(tmp_path, capsys):
+    """A corpus whose columns have other names: the index step reads it with the recipe's corpus.fields."""
+    for name in ("train", "test"):
+        (tmp_path / name).write_text("= A =\n\nsome text\n")
+    pq.write_table(pa.Table.from_pylist([{"doc_no": "d1", "passage_text": "a passage"}]), tmp_path / "c.parquet")
+    assert _pipeline("--config", str(ROOT / "configs" / "recipes" / "demo.yaml"), "--out", str(tmp_path / "out"),
+                     "--texts", f"{{train: {{file: {tmp_path}/train}}, report: {{test: {{file: {tmp_path}/test}}}}}}",
+                     "--data.forbid", "[]", "--corpus", f"{{file: {tmp_path}/c.parquet, fields: {{id: doc_no, text: "
+                     "passage_text}}", "--print_plan") == 0
+    plan = capsys.readouterr().out
+    assert "python -m ralm.corpus" in plan and """--fields '{"id": "doc_no", "text": "passage_text"}'""" in plan, plan
 
 
 def test_data_configs_stack_and_scores_come_in_parts(capsys):
