@@ -10,13 +10,14 @@
   model is the project's own (encoder + linear head on the first token; no pooler, no tanh), shipped as
   code in the directory (``modeling_ralm_cross.py``): ``sentence_transformers.CrossEncoder(out,
   trust_remote_code=True).predict(pairs)`` and ``AutoModelForSequenceClassification.from_pretrained(out,
-  trust_remote_code=True)`` give the project's scores. (Hugging Face's built-in BERT/RoBERTa heads put a
+  trust_remote_code=True)`` give the project's scores for raw (prefix, passage) pairs: its tokenizer does not
+  truncate, the model cuts each pair as the project does. (Hugging Face's built-in BERT/RoBERTa heads put a
   tanh layer before the label, which this model does not have.)
 
 What the formats cannot hold is written into ``ralm_reranker.json`` beside them and printed: the BM25
 prior (``bm25_weight``: add ``bm25_weight × BM25`` yourself), the bi-encoder's temperature, and the
-truncation rule for prefixes (the project keeps a prefix's *last* ``max_prefix_tokens`` tokens; the
-ecosystem's tokenizers keep the first ones, so pass prefixes already cut, as ``eval.ppl`` does).
+truncation rule for prefixes (the project keeps a prefix's *last* ``max_prefix_tokens`` tokens, where the
+ecosystem's tokenizers keep the first ones: both formats apply it inside the saved model).
 """
 
 from __future__ import annotations

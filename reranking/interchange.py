@@ -19,7 +19,8 @@ CROSS_MODEL_TYPE = "ralm-cross-encoder (load it with trust_remote_code=True)"
 #: The cross-encoder's configuration and modeling code, written into the export for ``trust_remote_code``.
 CROSS_MODELING = '''"""The ralm cross-encoder (encoder + linear head on the first token) as a sequence classifier. Its
 config holds the base encoder's under ``encoder``; the model type is one no stock class takes, so that loading
-without trust_remote_code=True is refused rather than answered with a random classification head."""
+without trust_remote_code=True is refused rather than answered with a random classification head. Its tokenizer
+does not truncate: the model cuts each (prefix, passage) pair itself, as the reranker was trained (``ralm_cut``)."""
 import torch
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
@@ -45,8 +46,30 @@ class RalmCrossEncoderForSequenceClassification(PreTrainedModel):
         self.head = torch.nn.Linear(base.hidden_size, 1)
         self.post_init()
 
+    def cut(self, input_ids, attention_mask):
+        """Pairs tokenized whole, cut as the reranker was trained: the prefix's last max_prefix_tokens tokens,
+        then the passage's first tokens up to max_length (a tokenizer's truncation cuts pairs otherwise)."""
+        c = self.config.ralm_cut
+        head, mid, tail = c["head"], c["middle"], c["tail"]
+        rows, types = [], []
+        for ids, keep in zip(input_ids.tolist(), attention_mask.tolist()):
+            seq = [i for i, k in zip(ids, keep) if k]
+            body = seq[len(head):len(seq) - len(tail)]
+            j = next((j for j in range(len(body)) if body[j:j + len(mid)] == mid), len(body))
+            a = body[:j][-c["max_prefix_tokens"]:]
+            b = body[j + len(mid):][:max(c["max_length"] - len(head) - len(mid) - len(tail) - len(a), 0)]
+            rows.append(head + a + mid + b + tail)
+            types.append(c["head_types"] + [c["prefix_type"]] * len(a) + c["middle_types"] + [c["passage_type"]] * len(b)
+                         + c["tail_types"])
+        width = max(map(len, rows))
+        pad = lambda xs, v: torch.tensor([x + [v] * (width - len(x)) for x in xs], device=input_ids.device)  # noqa
+        return pad(rows, c["pad_id"]), pad([[1] * len(r) for r in rows], 0), pad(types, 0)
+
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        input_ids, attention_mask, types = self.cut(input_ids, attention_mask)
+        extra = {"token_type_ids": types} if token_type_ids is not None else {}
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
         return SequenceClassifierOutput(logits=self.head(hidden[:, 0]).float())
 '''.replace("MODEL_TYPE", CROSS_MODEL_TYPE)
@@ -102,12 +125,30 @@ def to_cross_encoder(model, tokenizer, fmt, out: Path) -> None:
                            "AutoModelForSequenceClassification":
                            "modeling_ralm_cross.RalmCrossEncoderForSequenceClassification"},
               "sentence_transformers": {"activation_fn": "torch.nn.modules.linear.Identity", "version": "ralm"},
-              "max_length": fmt.max_length}
+              "max_length": fmt.max_length, "ralm_cut": pair_template(tokenizer) | {
+                  "max_length": fmt.max_length, "max_prefix_tokens": fmt.max_prefix_tokens}}
     (out / "config.json").write_text(json.dumps(config, indent=2))
     (out / "modeling_ralm_cross.py").write_text(CROSS_MODELING)
     save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})
-    tokenizer.model_max_length = fmt.max_length
+    tokenizer.model_max_length = UNCUT  # the model cuts each pair (prefix end, passage start), not the tokenizer
     tokenizer.save_pretrained(out)
+
+
+#: The converted cross-encoder's tokenizer length: no truncation before the model's own cut.
+UNCUT = 1_000_000
+
+
+def pair_template(tokenizer) -> dict:
+    """The special tokens the tokenizer puts around and between a pair (and their token types), found by
+    tokenizing one: what the converted model needs to take a pair apart and cut it."""
+    a, b = (tokenizer(x, add_special_tokens=False)["input_ids"] for x in ("alpha", "omega"))
+    enc = tokenizer("alpha", "omega", return_token_type_ids=True)
+    ids, types = enc["input_ids"], enc.get("token_type_ids") or [0] * len(enc["input_ids"])
+    i = next(i for i in range(len(ids)) if ids[i:i + len(a)] == a)
+    j = next(j for j in range(i + len(a), len(ids)) if ids[j:j + len(b)] == b)
+    return {"head": ids[:i], "middle": ids[i + len(a):j], "tail": ids[j + len(b):], "head_types": types[:i],
+            "middle_types": types[i + len(a):j], "tail_types": types[j + len(b):], "prefix_type": types[i],
+            "passage_type": types[j], "pad_id": tokenizer.pad_token_id or 0}
 
 
 def convert(reranker: str, out: str) -> str:
@@ -159,7 +200,8 @@ def _usage(fmt, notes: dict) -> list[str]:
         lines.append("  no passage: score the empty passage \"\" too (with the first passage's BM25 score); where it "
                      "scores highest, the reranker would take none")
     if fmt.architecture == "cross":
-        lines.append(f"  prefixes: pass their last {fmt.max_prefix_tokens} encoder tokens (the project keeps the end)")
+        lines.append(f"  prefixes and passages as they are: the model cuts each pair as the project does (the prefix's "
+                     f"last {fmt.max_prefix_tokens} tokens, then the passage's start up to {fmt.max_length})")
     if fmt.drop:
         lines.append(f"  remove {', '.join(map(repr, fmt.drop))} from prefixes and passages first (trained blind to them)")
     return lines

@@ -91,7 +91,15 @@ def test_a_cross_reranker_scores_the_same_in_cross_encoder_and_transformers(tmp_
         ours = model(**batch)
     assert ours.std() > 0
     pairs = list(zip(PREFIXES, PASSAGES[:2]))
+    # a prefix and a passage longer than the budget: the converted model cuts them as the project does
+    long = [(" ".join(PREFIXES * 6), " ".join(PASSAGES * 3)), (PREFIXES[0], " ".join(PASSAGES * 4))]
+    assert len(tok(long[0][0], add_special_tokens=False)["input_ids"]) > fmt.max_prefix_tokens
+    assert len(tok(*long[1])["input_ids"]) > fmt.max_length
+    with torch.no_grad():
+        ours_long = model(**encode_pairs(tok, [p for p, _ in long], [d for _, d in long], fmt))
     ce = st.CrossEncoder(str(out), device="cpu", trust_remote_code=True)
+    theirs_long = torch.as_tensor(ce.predict(long, batch_size=2)).float()
+    assert torch.allclose(theirs_long, ours_long, atol=1e-5), (theirs_long, ours_long)
     theirs = torch.as_tensor(ce.predict(pairs, batch_size=2)).float()
     assert torch.allclose(theirs, ours, atol=1e-5), (theirs, ours)
     hf = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True).eval()
