@@ -16,12 +16,15 @@ import importlib
 import inspect
 import logging
 import os
+import signal
 import sys
+import threading
 import warnings
 from typing import Any, Callable
 
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter
 
+from ralm import command_name
 from ralm.settings import InputError
 
 USER_ERRORS: tuple[type[BaseException], ...] = (InputError, FileNotFoundError, NotADirectoryError,
@@ -107,7 +110,18 @@ def run(fn: Callable, argv: list[str] | None, prog: str, description: str | None
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; rerun the same command to continue", file=sys.stderr)
         return 130
+    finally:
+        work_done(prog)
     return out if isinstance(out, int) else 0
+
+
+def work_done(prog: str) -> None:
+    """The command's work is over (finished, failed or stopped): a Ctrl-C or SIGTERM while the interpreter exits
+    (its atexit callbacks) changes nothing but printing a traceback, so it is ignored from here on. Only where
+    ``prog`` is this process's own command (not a step the pipeline runs in its process, not a test)."""
+    if command_name() == prog and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _nested_help(fn: Callable, flag: str, prog: str) -> bool:

@@ -14,7 +14,9 @@ from ralm.shipped import locate
 
 #: Every entry point, with what it does (tests/test_cli.py checks the list against the modules).
 COMMANDS = {
-    "pipeline": "the whole chain for an LM and a corpus: index, split, data, fit, eval, report",
+    "pipeline": "the whole chain for an LM and a corpus: index, split, data, fit, eval, report (--verify: against "
+                "the recipe's expected results)",
+    "pipeline.published": "write docs/RESULTS.md's and the README's tables from the recipes' expected results",
     "ralm.corpus": "a Lucene BM25 index of a corpus (text, JSONL, BEIR, parquet, a saved dataset, .txt files)",
     "ralm.models": "list and fetch the offline-installable models",
     "data_gen.build": "LM-scored training data: BM25's top k for sampled prefixes, log p(y | d; x)",

@@ -14,12 +14,14 @@ answers. If the search process dies (a JVM crash, the OOM killer), it is restart
 still pending are sent again: a search is a pure function of its inputs, so nothing is lost. Its
 Java logging goes to a log file whose tail is quoted in any error (``verbose=True`` shows it live).
 The search process ends with its parent, however the parent ends (SIGKILL included): it watches for being
-orphaned rather than waiting for its pipe to close after the search under way.
+orphaned rather than waiting for its pipe to close after the search under way; a Ctrl-C or SIGTERM to the whole
+process group is its parent's to handle.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -244,7 +246,12 @@ def exit_when_orphaned(parent: int, every: float = ORPHAN_POLL) -> threading.Thr
 
 
 def serve(read_fd: int, write_fd: int, parent: int | None = None) -> None:
-    """The child: open the retriever, then answer requests in order until ``close`` or EOF."""
+    """The child: open the retriever, then answer requests in order until ``close`` or EOF. It ignores Ctrl-C
+    and SIGTERM sent to its process group (a terminal's Ctrl-C reaches every process of the group): its parent
+    handles those and closes it, and it follows a parent that is gone (JVM included, which keeps ignored signals
+    ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if parent is not None:
         exit_when_orphaned(parent)
     recv, send = Connection(read_fd, writable=False), Connection(write_fd, readable=False)

@@ -11,6 +11,8 @@ import threading
 
 import lightning.pytorch as pl
 
+from ralm import stop_on_sigterm
+
 
 class CtrlC:
     """Whether a Ctrl-C came (:func:`ctrl_c_as_sigterm`)."""
@@ -31,7 +33,7 @@ def ctrl_c_as_sigterm():
         return
 
     def on_sigint(signum, frame):
-        if seen.pressed or signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        if seen.pressed or signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, stop_on_sigterm):
             raise KeyboardInterrupt
         seen.pressed = True
         os.kill(os.getpid(), signal.SIGTERM)

@@ -27,7 +27,10 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+from ralm.cli import work_done
 from ralm.files import atomic_write
+
+PROG = "python -m reranking.fit"
 
 
 def _help_cache_file() -> Path:
@@ -77,7 +80,10 @@ def main(args: list[str] | None = None):
     argv = sys.argv[1:] if args is None else list(args)
     if argv in (["--help"], ["-h"]):
         return _help(argv)
-    return _fit(argv)
+    try:
+        return _fit(argv)
+    finally:
+        work_done(PROG)
 
 
 if __name__ == "__main__":

@@ -303,4 +303,7 @@ def fit(args: list[str], description: str | None = None):
         return error(PROG, e)
     except ArgumentError as e:
         return error(PROG, f"{e} (see {PROG} --help)")
+    except KeyboardInterrupt:  # outside the fit (its set-up, the export): nothing half-written, the rerun continues
+        print(f"{PROG}: interrupted; rerun the same command to continue", file=sys.stderr)
+        return 130
     return cli

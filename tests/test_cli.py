@@ -97,3 +97,21 @@ def test_the_help_of_a_group_inside_a_group(capsys):
     assert main(["--texts.train.help"]) == 0
     out = capsys.readouterr().out
     assert "--texts.train.file FILE" in out and "A text as the user has it" in out
+
+
+@pytest.mark.parametrize("module", ["eval.ppl", "data_gen.build", "reranking.fit", "pipeline"])
+def test_a_sigterm_before_the_work_begins_is_one_line_and_143(module, tmp_path):
+    """A command stopped by SIGTERM while it is still reading its settings (here: a --config that is a FIFO nobody
+    writes) exits 143 with one line, as a stop during its work does; not killed silently (-15)."""
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    p = subprocess.Popen([sys.executable, "-m", module, "--config", str(fifo)], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.time() + 60  # until it waits in open() for the FIFO's writer
+    while time.time() < deadline and open(f"/proc/{p.pid}/wchan").read() != "wait_for_partner":
+        time.sleep(0.05)
+    p.terminate()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143, (p.returncode, err)
+    assert err.strip().splitlines() == [f"python -m {module}: stopped by SIGTERM; what was finished is kept: rerun the "
+                                        "same command to continue"], err
