@@ -75,7 +75,8 @@ class Recipe:
         # configs/... and demo/assets/... name the installed copy's files where no source tree is at hand
         object.__setattr__(self, "lm", locate(self.lm))
         object.__setattr__(self, "data", replace(self.data, config=[locate(c) for c in self.data.configs] or None))
-        object.__setattr__(self, "eval", replace(self.eval, config=locate(self.eval.config)))
+        object.__setattr__(self, "eval", replace(self.eval, config=locate(self.eval.config),
+                                                 lm=locate(self.eval.lm)))
         object.__setattr__(self, "fits", [replace(f, configs=[locate(c) for c in f.configs]) for f in self.fits])
         if self.judge:
             object.__setattr__(self, "judge", replace(self.judge, config=[locate(c) for c in self.judge.configs]))
@@ -107,6 +108,11 @@ class Recipe:
                 raise SettingsError(f"{what}: {path!r} is not a file")
         for f in self.fits:
             _check_schedule(f)
+        for text in self.eval_texts():
+            names = [name for name, _ in self.rows(text)]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise SettingsError(f"eval.rows {twice}: a name another row of {text} has; give each row its own")
         rows = {name for text in self.eval_texts() for name, _ in self.rows(text)}
         bad = [b for b in self.report.baselines
                if not (b in rows or b == "untrained" and any(n.endswith("-untrained") for n in rows))]
@@ -165,7 +171,14 @@ class Recipe:
                 out.append(("cosine", ["--reranker", "cosine", *self.cosine_flags()]))
             elif r not in LENDERS or text in lm_texts:
                 out.append((r, ["--reranker", r]))
+        out += [(row.name, ["--reranker", row.reranker]) for row in self.eval.rows
+                if row.reranker not in LENDERS or text in lm_texts]
         return out
+
+    @property
+    def reader(self) -> str | None:
+        """The LM that reads the texts: ``eval.lm``, else the recipe's ``lm``."""
+        return self.eval.lm or self.lm
 
     def inputs(self) -> list[tuple[str, str]]:
         """``(setting, path)`` of every file the recipe reads that no stage writes: the texts, the corpus, the
@@ -365,16 +378,19 @@ def _evals(r: Recipe) -> list[Step]:
         lenders: list[str] = []  # finished rows of this text whose LM scores later rows take (eval.ppl --reuse_from)
         # the LM rankers first, then none (whose windows the abstaining ones take), the abstaining ones, the rest
         first = ("zero-shot", "oracle", "none", "zero-shot-abstain", "oracle-abstain")
+        own = {row.name: row.set for row in r.eval.rows}  # a row's own settings, after eval.set's
         for name, reranker in sorted(rows, key=lambda row: first.index(row[0]) if row[0] in first else len(first)):
             out = r.root / "ppl" / text / name
-            reuse = (["--reuse_from", "[" + ",".join(lenders) + "]"]
-                     if r.eval.reuse and lenders and name not in ("none", "zero-shot", "zero-shot-abstain") else [])
+            alone = bool(own.get(name))  # other inputs than the other rows': it neither takes nor lends LM scores
+            reuse = (["--reuse_from", "[" + ",".join(lenders) + "]"] if r.eval.reuse and lenders and not alone
+                     and name not in ("none", "zero-shot", "zero-shot-abstain") else [])
             argv = ["--config", str(r.eval.config), *r.text_flags(text), "--retrieval.index", r.index, *reranker,
                     "--output_dir", str(out), "--cache_dir", str(r.root / "ppl" / text / "retrieval_cache"), *reuse,
-                    "--scoring.dtype", r.precision, *(["--model", r.lm] if r.lm else []), *flags(r.eval.set)]
+                    "--scoring.dtype", r.precision, *(["--model", r.reader] if r.reader else []), *flags(r.eval.set),
+                    *flags(own.get(name) or {})]
             steps.append(Step("eval", f"{text}: {name}", "eval.ppl", argv, out / "results.json"))
-            if name != "none" or any(row.endswith("-abstain") for row, _ in rows):  # none lends its windows
-                lenders.append(str(out))
+            if not alone and (name != "none" or any(row.endswith("-abstain") for row, _ in rows)):
+                lenders.append(str(out))  # none lends its windows to the abstaining rows
     return steps
 
 

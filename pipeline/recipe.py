@@ -232,6 +232,30 @@ class Fit:
 
 
 @dataclass(frozen=True)
+class Row:
+    """A row of its own beside ``eval.rerankers``: a reranker read with settings of its own, e.g. the reference's
+    BOS behaviour ({windows.bos: passage}), another LM ranking (zero-shot, {ranker.model: smollm2-135m}) or an
+    export of another run (its directory as ``reranker``).
+
+    Args:
+        name: The row's name in the tables (letters, digits, - or _).
+        reranker: What ``eval.ppl --reranker`` takes: none, bm25, zero-shot, oracle, ... or an export's directory.
+        set: Its eval.ppl settings beyond ``eval.set``, by dotted name. A row with settings of its own neither
+            takes nor lends LM scores (``eval.reuse``): its inputs differ from the other rows'.
+    """
+
+    name: str
+    reranker: str
+    set: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
+            raise SettingsError(f"eval.rows: name {self.name!r} must be letters, digits, - or _")
+        if not self.reranker:
+            raise SettingsError(f"eval.rows ({self.name}): give its reranker (e.g. bm25, or an export's directory)")
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """The rerankers evaluated on each text (``python -m eval.ppl``).
 
@@ -245,6 +269,9 @@ class Evaluation:
         lm_rankers: The texts on which zero-shot and oracle run (k LM forwards a stride; default: every text).
         reuse: Rows take the LM scores an earlier row of the same text computed for the same input (zero-shot and
             oracle lend every candidate's): the same numbers, fewer forwards, but no cost figure of their own.
+        rows: Rows of their own, after those of ``rerankers``: a reranker with settings of its own (:class:`Row`).
+        lm: The LM that reads the texts, when it is not the one that scored the training data (the recipe's
+            ``lm``): rerankers trained on one LM's preferences, read by another.
     """
 
     config: str | None = None
@@ -253,12 +280,14 @@ class Evaluation:
     texts: list[str] | None = None
     lm_rankers: list[str] | None = None
     reuse: bool = True
+    rows: list[Row] = field(default_factory=list)
+    lm: str | None = None
 
     def __post_init__(self) -> None:
         known = ("none", "bm25", "random", "zero-shot", "cosine", "oracle", "zero-shot-abstain", "oracle-abstain",
                  "untrained", "trained")
         bad = [r for r in self.rerankers if r not in known]
-        if bad or not self.rerankers:
+        if bad or not (self.rerankers or self.rows):
             raise SettingsError(f"eval.rerankers {bad or '[]'}: choose from {', '.join(known)}")
 
 

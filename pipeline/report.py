@@ -72,6 +72,8 @@ def write_report(r: Recipe) -> Path:
     root = r.root / "report"
     lines = [f"# Report: {r.out}", "", "| | |", "|---|---|",
              f"| LM | {r.lm or '(the data and eval configs)'} |",
+             *([f"| LM reading the texts | {r.eval.lm} (the rerankers learnt the other LM's preferences) |"]
+               if r.eval.lm else []),
              f"| reranker encoder | {r.encoder or '(the fit configs)'} |",
              f"| corpus | {r.corpus.index or r.corpus_file()} ({_passages(r)}) |",
              f"| training data | {_data(r)} |",

@@ -138,7 +138,8 @@ def check_models(r: Recipe, steps: list[Step]) -> None:
     named with its fetch command) and of the right kind (an LM that is not a causal LM, an encoder that is one),
     before the first stage rather than when its stage starts."""
     pending = {s.stage for s in steps if not s.finished()}
-    for what, spec, stages, causal in (("lm", r.lm, {"data", "eval"}, True), ("encoder", r.encoder, {"fit"}, False)):
+    for what, spec, stages, causal in (("lm", r.lm, {"data"} if r.eval.lm else {"data", "eval"}, True),
+                                       ("eval.lm", r.eval.lm, {"eval"}, True), ("encoder", r.encoder, {"fit"}, False)):
         if not spec or not pending & stages:
             continue
         try:

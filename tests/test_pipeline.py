@@ -65,7 +65,8 @@ def recipe(tmp_path_factory, bm25_corpus, tiny_gpt2_dir, tiny_bert_dir) -> Path:
         "data": {"config": str(build), "forbid": ["eval"]},
         "fits": [{"name": "tiny", "configs": [str(fit)], "seeds": [0], "untrained": True}],
         "judge": {"config": str(build), "set": {"examples": 16}, "forbid": ["eval"]},
-        "eval": {"config": str(ppl), "rerankers": ["none", "bm25", "cosine", "untrained", "trained", "oracle"]},
+        "eval": {"config": str(ppl), "rerankers": ["none", "bm25", "cosine", "untrained", "trained", "oracle"],
+                 "rows": [{"name": "oracle-k2", "reranker": "oracle", "set": {"retrieval.k": 2}}]},
         "report": {"baselines": ["bm25", "untrained"]}})
 
 
@@ -147,7 +148,7 @@ def test_the_report_holds_every_table_and_artifact(recipe, straight):
     assert "**Only 4 articles**" in said and report.count(said) == 1  # said once, above the text's tables
     assert table.strip() in report  # pasted whole
     rows = [line.split(" | ")[0].lstrip("| ") for line in vs_bm25.splitlines() if line.startswith("| ")][1:]
-    assert rows == ["none", "bm25", "cosine", "tiny-untrained", "tiny", "oracle"]
+    assert rows == ["none", "bm25", "cosine", "tiny-untrained", "tiny", "oracle", "oracle-k2"]
     assert "gap bm25 → oracle closed" in vs_bm25 and (straight / "report" / "eval" / "cost.png").is_file()
     assert f"tensorboard --logdir {straight / 'logs'}" in report and str(straight / "rerankers" / "tiny") in report
     untrained = json.loads((straight / "rerankers" / "tiny-untrained" / "reranker.json").read_text())
@@ -349,6 +350,45 @@ def test_a_recipes_mistakes_are_one_line_and_nothing_is_written(tmp_path, capsys
     assert not out.exists()
 
 
+def test_a_row_of_its_own_is_read_with_its_settings(straight):
+    """eval.rows: the oracle over BM25's first 2 (retrieval.k 2, the row's own setting) lies, stride by stride,
+    between BM25's first and the oracle over all 4, and it took no other row's LM scores."""
+    runs = {name: json.loads((straight / "ppl" / "eval" / name / "results.json").read_text())
+            for name in ("bm25", "oracle", "oracle-k2")}
+    assert runs["oracle"]["ppl_word"] <= runs["oracle-k2"]["ppl_word"] <= runs["bm25"]["ppl_word"]
+    assert runs["oracle"]["ppl_word"] < runs["bm25"]["ppl_word"]
+    k2 = runs["oracle-k2"]
+    assert set(k2["chosen_rank_counts"]) <= {"0", "1"} and k2["strides_reused"] == 0 and k2["reused_from"] == []
+    assert k2["settings"]["retrieval"]["k"] == 2
+    strides = {n: pd.read_parquet(straight / "ppl" / "eval" / n / "strides.parquet")["nll"].to_numpy() for n in runs}
+    assert (strides["oracle"] <= strides["oracle-k2"] + 1e-4).all()
+    assert (strides["oracle-k2"] <= strides["bm25"] + 1e-4).all()
+
+
+def test_rows_of_their_own_and_another_reading_lm_in_the_plan(tmp_path, capsys, tiny_gpt2_dir):
+    """eval.lm reads the texts (every eval.ppl step's --model) while the recipe's lm scores the data; a row's
+    own settings come after eval.set's and it takes no LM scores; a row named twice, or with a bad setting,
+    is refused before anything runs."""
+    demo = str(ROOT / "configs" / "recipes" / "demo.yaml")
+    out = str(tmp_path / "out")
+    rows = "[{name: bm25-passage, reranker: bm25, set: {windows.bos: passage}}, {name: oracle-k2, reranker: oracle}]"
+    assert _pipeline("--config", demo, "--out", out, "--eval.lm", str(tiny_gpt2_dir), "--eval.rows", rows,
+                     "--eval.set", "{windows.bos: every_row}", "--print_plan") == 0
+    plan = [line for line in capsys.readouterr().out.splitlines() if line.startswith("python -m ")]
+    evals = [line for line in plan if line.startswith("python -m eval.ppl ")]
+    assert evals and all(f"--model {tiny_gpt2_dir}" in line for line in evals)
+    assert all("--model demo/assets/lm" in line for line in plan if line.startswith("python -m data_gen.build"))
+    own = next(line for line in evals if "/bm25-passage " in line)
+    assert own.endswith("--windows.bos every_row --windows.bos passage") and "--reuse_from" not in own
+    assert "--reuse_from" in next(line for line in evals if "/oracle-k2 " in line)  # no settings: it may reuse
+    for flags, said in ((["--eval.rows", "[{name: bm25, reranker: bm25}]"], "eval.rows ['bm25']: a name another row"),
+                        (["--eval.rows", "[{name: b, reranker: bm25, set: {windows.bos: sideways}}]"],
+                         "eval step 'eval: b'"),
+                        (["--eval.rows", "[{name: 'a b', reranker: bm25}]"], "eval.rows: name 'a b'")):
+        assert _pipeline("--config", demo, "--out", out, *flags) == 2, flags
+        assert said in capsys.readouterr().err, flags
+
+
 def test_the_readmes_walkthrough_recipe_plans(tmp_path, capsys):
     """The recipe of the README's walkthrough, as printed there, parses into a plan of every stage."""
     text = (ROOT / "README.md").read_text()
@@ -398,7 +438,8 @@ def test_the_learning_curve_table_and_plot(tmp_path):
 
     kw = parse(pipeline, ["--config", str(ROOT / "configs" / "recipes" / "wikitext2-smollm2.yaml"), "--config",
                           str(ROOT / "configs" / "recipes" / "wikitext2-smollm2-curve.yaml"), "--out", str(tmp_path)], "p")
-    r = Recipe(**{k: v for k, v in kw.items() if k not in ("stage", "until", "print_plan")})
+    r = Recipe(**{k: v for k, v in kw.items()
+                  if k not in ("stage", "until", "print_plan", "verify", "expect", "expected")})
     assert curve.points(r, "report") == []  # nothing evaluated yet: no curve
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "manifest.json").write_text(json.dumps({"examples": 25000}))
