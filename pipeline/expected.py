@@ -149,7 +149,8 @@ def figures(md: str, names: dict[str, str] | None = None) -> dict[tuple, tuple]:
         if run is None:
             continue
         value = next((i for i, h in enumerate(head) if h in VALUE_COLUMNS), None)
-        vs = {i: m.group(1) for i, h in enumerate(head) if (m := _VS.match(h)) and m.group(1) != "none"}
+        # "vs none" alone is every table's change without an interval; "vs none [95% CI]" is a baseline's column
+        vs = {i: m.group(1) for i, h in enumerate(head) if (m := _VS.match(h)) and h != "vs none"}
         for cells in rows[1:]:
             label = _plain(cells[run])
             label = names.get(label, label)

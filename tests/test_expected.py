@@ -70,6 +70,11 @@ def test_figures_read_back_from_a_table():
     assert judge == {("n3125-seed0", "value"): (100.511,),
                      ("n3125-seed0", "vs", "BM25's first"): (-0.251, -0.476, -0.022)}
     assert ex.figures("| text | bm25 |\n|---|---|\n| report | 57.066 |\n") == {}  # rows are texts, not runs
+    # a table against none: its interval column is a baseline's, the plain "vs none" column is not
+    vs_none = ex.figures("| run | word ppl | vs none | vs none-every_row [95% CI] |\n|---|---|---|---|\n"
+                         "| bm25-every_row | 41.978 | -4.4% | -4.4% [-10.8, -0.4] |\n",
+                         {"none-every_row": "none", "bm25-every_row": "bm25"})
+    assert vs_none == {("bm25", "value"): (41.978,), ("bm25", "vs", "none"): (-4.4, -10.8, -0.4)}
 
 
 def _measurement(md: str) -> dict:
