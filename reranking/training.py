@@ -274,7 +274,10 @@ def fit(args: list[str], description: str | None = None):
         run = run_id(trainer.logger.log_dir if trainer.logger else "checkpoints")  # this fit's, as exports record it
         if cli.config.export_dir and trainer.is_global_zero:
             check_export_dir(cli.config.export_dir, run)
-        with claim(cli.config.export_dir, "--export_dir") if cli.config.export_dir else nullcontext():
+        # and so is a second fit in this fit's run directory (a fixed version, or a stopped run it would resume)
+        run_dir = trainer.logger.log_dir if trainer.logger else None
+        with (claim(cli.config.export_dir, "--export_dir") if cli.config.export_dir else nullcontext(),
+              claim(run_dir, "--trainer.logger.init_args.version") if run_dir else nullcontext()):
             try:
                 with ctrl_c_as_sigterm() as ctrl_c:
                     trainer.fit(system, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)

@@ -251,6 +251,25 @@ def test_an_export_dir_in_use_is_refused_before_training(tmp_path, tiny_roberta_
     assert not list(tmp_path.glob("checkpoints/**/*.ckpt"))
 
 
+def test_a_run_directory_in_use_is_refused_before_training(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys,
+                                                           monkeypatch):
+    """Two fits in one run directory (a fixed logger version, or the stopped run the default version resumes):
+    while the first holds it, the second is refused with one line before its first step."""
+    from ralm.lock import claim
+    from reranking.fit import main
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "checkpoints" / "reranker" / "mine"
+    with claim(run_dir, "--trainer.logger.init_args.version"):
+        assert main(fit_args(tiny_roberta_dir, rerank_data_dir, 4, "--trainer.logger.init_args.version", "mine")) == 2
+        assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and str(run_dir) in errors[0] and "in use by pid" in errors[0], err
+    fit = main(fit_args(tiny_roberta_dir, rerank_data_dir, 4, "--trainer.logger.init_args.version", "mine"))
+    assert fit.trainer.global_step == 4 and not (run_dir / ".lock").exists()  # free again: it trains
+
+
 def test_an_export_dir_holding_another_fits_export_is_refused(tmp_path, tiny_roberta_dir, rerank_data_dir, capsys,
                                                                monkeypatch):
     """--export_dir over another fit's finished export: one line before training, the export left as it was; the
