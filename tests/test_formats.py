@@ -64,6 +64,22 @@ def test_a_bi_reranker_is_two_sentence_transformers_with_the_same_embeddings(tmp
     theirs_d = st.SentenceTransformer(str(out / "passages"), device="cpu").encode(PASSAGES, convert_to_tensor=True)
     assert torch.allclose(theirs_q.float(), q, atol=1e-5), (theirs_q - q).abs().max()
     assert torch.allclose(theirs_d.float(), d, atol=1e-5), (theirs_d - d).abs().max()
+    # rank()'s scores from the two directories as a user loads them, trust_remote_code or not: cosine / τ plus
+    # the BM25 prior, as the printed instructions say
+    from ralm.retrieval import Passage
+    from reranking import load
+
+    passages = [Passage(f"d{j}", *p.split("\n", 1), score=3.0 - j) for j, p in enumerate(PASSAGES)]
+    for trust in (False, True):
+        q_st = st.SentenceTransformer(str(out), device="cpu", trust_remote_code=trust).encode(
+            PREFIXES, convert_to_tensor=True, normalize_embeddings=True).float()
+        d_st = st.SentenceTransformer(str(out / "passages"), device="cpu", trust_remote_code=trust).encode(
+            PASSAGES, convert_to_tensor=True, normalize_embeddings=True).float()
+        for i, prefix in enumerate(PREFIXES):
+            mine, _ = load(src).rank(prefix, passages)
+            theirs = (d_st @ q_st[i]) / notes["cosine_temperature"] + notes["bm25_weight"] * torch.tensor(
+                [p.score for p in passages])
+            assert torch.allclose(torch.tensor(mine), theirs, atol=1e-3), (mine, theirs)
     if frozen:
         with torch.no_grad():
             shared = model.embed(**encode_texts(tok, PASSAGES, fmt.max_passage_tokens, "start"))
