@@ -71,7 +71,11 @@ def cases(d: Path, m: dict[str, Path]) -> list[tuple[str, list[str], int]]:
                                                 "[{name: p, configs: [configs/demo/fit.yaml], set: {trainer.max_steps: 30}}]"], 2),
         ("recipe: a baseline nobody evaluates", ["pipeline", "--config", RECIPE, "--out", out, "--report.baselines",
                                                  "[random]"], 2),
-        ("recipe: the demo before its world", ["pipeline", "--config", RECIPE, "--out", out], 2),
+        # the world's files where none was made (the checkout's runs/demo/world may exist)
+        ("recipe: the demo before its world", ["pipeline", "--config", RECIPE, "--out", out, "--texts",
+                                               "{train: {file: %s}, report: {eval: {file: %s}}}" % (
+                                                   d / "world" / "train.txt", d / "world" / "eval.txt"),
+                                               "--corpus", "{file: %s}" % (d / "world" / "corpus.txt")], 2),
         ("--texts.train.help", ["pipeline", "--texts.train.help"], 0),
         ("corpus: MS MARCO id<TAB>text", ["ralm.corpus", "--text.file", str(d / "marco.tsv"), "--out", str(d / "c1")], 0),
         ("corpus: BEIR .jsonl.gz", ["ralm.corpus", "--text.file", str(d / "beir.jsonl.gz"), "--out", str(d / "c2")], 0),
