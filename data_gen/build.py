@@ -35,7 +35,7 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
           windows: Windows = Windows(), out: str = "checkpoints/data_gen/wt103-gpt2-dpr", stage: str = "all", batch_examples: int = 8,
           scoring: Scoring = Scoring(), num_workers: int = 0, retrieval_batch: int = 256, keep_work: bool = False,
           trainer: Devices = Devices(), verbose: bool = False, progress: bool = True,
-          exclude_source: bool = True, targets: Targets = Targets()) -> dict | None:
+          exclude_source: bool = True, targets: Targets = Targets(), first_shards: int | None = None) -> dict | None:
     """Build (or resume, or check) an LM-supervised reranker training set.
 
     Args:
@@ -64,10 +64,13 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
             that holds only parts of the articles the prefixes do not come from, e.g. their first halves).
         targets: Several examples per LM window (m targets, each with its own prefix) and whose BM25 list
             each scores: several times fewer LM forwards per example (1, the default: the paper's data).
+        first_shards: Score and write only the first N shards, then stop (exit 0; no manifest.json): a part of the
+            dataset, its first N x shard_size examples, that fits read (reranking.fit --data.examples), e.g. a
+            large set scored on CPUs a part at a time. The same command with a larger N, or without it, continues.
     """
     b, r = _configs(examples, seed, shard_size, model, text, eval_text, retrieval, windows, out, stage, batch_examples,
                     scoring, num_workers, retrieval_batch, keep_work, trainer, verbose, progress, exclude_source,
-                    targets)
+                    targets, first_shards)
     from .job import build_dataset  # the LM's tokenizer, torch, Lightning: seconds that --help does without
 
     with claim(r.out, "--out"):  # a second build on the same --out is refused, not mixed in
@@ -76,13 +79,13 @@ def build(examples: int = 300_000, seed: int = 0, shard_size: int = 1000, model:
 
 def _configs(examples, seed, shard_size, model, text, eval_text, retrieval, windows, out, stage, batch_examples,
              scoring, num_workers, retrieval_batch, keep_work, trainer, verbose, progress, exclude_source,
-             targets) -> tuple[BuildConfig, RunConfig]:
+             targets, first_shards=None) -> tuple[BuildConfig, RunConfig]:
     """The settings checked and grouped, before anything is read or written."""
     b = BuildConfig(examples=examples, seed=seed, shard_size=shard_size, model=model, text=text, eval_text=eval_text,
                     retrieval=retrieval, windows=windows, exclude_source=exclude_source, targets=targets)
     r = RunConfig(out=out, stage=stage, batch_examples=batch_examples, scoring=scoring, num_workers=num_workers,
                   retrieval_batch=retrieval_batch, keep_work=keep_work, trainer=trainer, verbose=verbose,
-                  progress=progress)
+                  progress=progress, first_shards=first_shards)
     trainer.kwargs(one_process=scoring.device_map is not None)  # a bad device combination fails before any work
     return b, r
 

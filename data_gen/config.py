@@ -131,6 +131,11 @@ class BuildConfig:
         return range(shard * self.shard_size, min((shard + 1) * self.shard_size, self.examples))
 
 
+def shard_file(i: int, n_shards: int) -> str:
+    """The file name of shard ``i`` of a dataset of ``n_shards`` (under its ``--out``)."""
+    return f"train-{i:05d}-of-{n_shards:05d}.parquet"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """How the dataset is computed; may change between a killed run and its resume."""
@@ -145,11 +150,14 @@ class RunConfig:
     trainer: Devices = field(default_factory=Devices)
     verbose: bool = False
     progress: bool = True
+    first_shards: int | None = None  # score and write only the first N shards (a part of the dataset), then stop
 
     def __post_init__(self) -> None:
         problems = []
         if self.stage not in ("all", "sample", "retrieve"):
             problems.append(f"--stage must be sample, retrieve or all (got {self.stage!r})")
+        if self.first_shards is not None and self.first_shards < 1:
+            problems.append(f"--first_shards must be >= 1 (got {self.first_shards})")
         for n in ("batch_examples", "retrieval_batch"):
             if getattr(self, n) < 1:
                 problems.append(f"--{n} must be >= 1 (got {getattr(self, n)})")

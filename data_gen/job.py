@@ -109,16 +109,22 @@ def _build(layout, build: BuildConfig, run: RunConfig, rank0: bool) -> dict | No
         if assemble_shard(layout, s, tokens, tokenizer, window):
             log(f"[score] shard {s} written: {layout.shard(s).name}")
 
-    writer = run_score(layout, run, window, rank0, build.examples, shard_done)
+    wanted = min(build.n_shards, run.first_shards or build.n_shards)
+    writer = run_score(layout, run, window, rank0, min(build.examples, wanted * build.shard_size), shard_done)
     if thread is not None:
         thread.join()
         if thread.error is not None:
             raise thread.error
     if not writer:
         return None
-    for s in range(build.n_shards):
+    for s in range(wanted):
         if not assemble_shard(layout, s, tokens, tokenizer, window):
             raise BuildError(f"shard {s} has unscored examples after scoring; rerun the same command")
+    if wanted < build.n_shards:
+        log(f"[score] the first {wanted} of {build.n_shards} shards are written ({wanted * build.shard_size:,} of "
+            f"{build.examples:,} examples, {layout.data}); the dataset is not complete: the same command with a "
+            "larger --first_shards, or without it, continues")
+        return None
     return write_manifest(layout, run, window, tokenizer, len(tokens))
 
 

@@ -169,13 +169,14 @@ class ScoreWriter(BasePredictionWriter):
         self._shard = shard
 
 
-def pending_chunks(layout, batch_examples: int) -> list[tuple[int, list[int]]]:
-    """(shard, example ids) scoring steps still to do: unfinished shards minus ids found in chunk files. A step
-    holds whole windows (m examples each; chunk files hold whole windows), at least one."""
+def pending_chunks(layout, batch_examples: int, first_shards: int | None = None) -> list[tuple[int, list[int]]]:
+    """(shard, example ids) scoring steps still to do: unfinished shards (of the first ``first_shards``) minus ids
+    found in chunk files. A step holds whole windows (m examples each; chunk files hold whole windows), at least
+    one."""
     m = layout.build.targets.per_window
     step = max(batch_examples // m, 1) * m
     chunks = []
-    for s in range(layout.build.n_shards):
+    for s in range(min(layout.build.n_shards, first_shards or layout.build.n_shards)):
         if layout.shard(s).exists():
             continue
         done = done_ids(layout.scores(s))
@@ -188,7 +189,7 @@ def run_score(layout: Layout, run: RunConfig, window: int, rank0: bool, n_total:
     """Score the pending chunks with Lightning; returns True in the process that writes the dataset."""
     quiet_lightning(run.verbose)
     build = layout.build
-    chunks = pending_chunks(layout, run.batch_examples)
+    chunks = pending_chunks(layout, run.batch_examples, run.first_shards)
     if not chunks:
         return rank0
     n_ex = sum(len(c[1]) for c in chunks)

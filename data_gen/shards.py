@@ -36,7 +36,7 @@ from ralm.precision import for_run
 from ralm.schema import TRAINING_SCHEMA
 from ralm.scoring import DocumentEncoder
 
-from .config import BuildConfig, BuildError, RunConfig, config_diff, identity_json, log
+from .config import BuildConfig, BuildError, RunConfig, config_diff, identity_json, log, shard_file
 
 #: Stage "retrieve" output per shard (input of stage "score"): the training schema's retrieval columns.
 RETRIEVED_SCHEMA = pa.schema([TRAINING_SCHEMA.field(name) for name in (
@@ -95,7 +95,7 @@ class Layout:
         self.retrieve_failed = self.work / "retrieve.failed"
 
     def shard(self, i: int) -> Path:
-        return self.data / f"train-{i:05d}-of-{self.build.n_shards:05d}.parquet"
+        return self.data / shard_file(i, self.build.n_shards)
 
     def retrieved(self, i: int) -> Path:
         return self.retrieved_dir / f"shard-{i:05d}.parquet"

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from data_gen.config import shard_file
 from pipeline.recipe import STAGES, Corpus, Data, Evaluation, Fit, Judge, Report, Source, Split, Texts
 from ralm.documents import PASSAGE_FORMATS, resolve_format
 from ralm.settings import SettingsError
@@ -228,14 +229,19 @@ class Recipe:
         return [*keep, "--stage", stage]
 
 
-def fit_settings(fit: Fit) -> dict:
-    """The fit's YAMLs merged as LightningCLI stacks them (later files win key by key), then its ``set``."""
+def stacked(configs: list[str], settings: dict[str, object]) -> dict:
+    """YAMLs merged as the commands stack them (later files win key by key), then dotted ``settings``."""
     merged: dict = {}
-    for path in fit.configs:
+    for path in configs:
         _merge(merged, yaml.safe_load(Path(path).read_text()) or {})
-    for key, value in fit.set.items():
+    for key, value in settings.items():
         _merge(merged, _nested(key, value))
     return merged
+
+
+def fit_settings(fit: Fit) -> dict:
+    """The fit's reranking.fit YAMLs merged, then its ``set``."""
+    return stacked(fit.configs, fit.set)
 
 
 def _check_schedule(fit: Fit) -> None:
@@ -321,6 +327,10 @@ def _build(r: Recipe, data: Data, text: list[str], out: Path, prefixes: str, wha
             "--retrieval.index", r.index, "--out", str(out), "--scoring.dtype", r.precision,
             *(["--model", r.lm] if r.lm else []), *flags(data.set)]
     done = out / "manifest.json"
+    if "first_shards" in data.set:  # a part of the dataset: done when its last shard is written
+        build = stacked(data.configs, data.set)
+        total = -(-int(build.get("examples", 300_000)) // int(build.get("shard_size", 1000)))
+        done = out / shard_file(min(int(data.set["first_shards"]), total) - 1, total)
     if not data.scores:
         return [Step("data", f"{what}, LM-scored", "data_gen.build", argv, done)]
     return [Step("data", f"BM25 candidates of {prefixes}", "data_gen.build", [*argv, "--stage", "retrieve"], done),

@@ -634,6 +634,22 @@ def test_scores_file_parts_resume_a_build(built, dg_inputs, tmp_path):
     assert main(["export", str(running), str(tmp_path / "c.npz"), "--shards", "2:"]) == 2  # nothing finished there
 
 
+def test_first_shards_writes_a_part_that_the_same_command_completes(built, dg_inputs, tmp_path):
+    """--first_shards 1: shard 0 written (the reference build's, byte for byte), no manifest, exit 0; a fit can
+    read it; the same command without it scores only the rest, into the reference dataset."""
+    out = tmp_path / "out"
+    rc, log = run_cli(build_args(dg_inputs, out, "--first_shards", "1"))
+    assert rc == 0, log
+    assert "[score] 16 example(s)" in log and "the first 1 of 3 shards are written" in log, log
+    assert [f.name for f in out.glob("train-*.parquet")] == ["train-00000-of-00003.parquet"]
+    assert not (out / "manifest.json").exists()
+    assert (out / "train-00000-of-00003.parquet").read_bytes() == (
+        built["out"] / "train-00000-of-00003.parquet").read_bytes()
+    rc, log = run_cli(build_args(dg_inputs, out))
+    assert rc == 0 and "[score] 24 example(s)" in log, log
+    assert json.loads((out / "manifest.json").read_text())["content_hash"] == built["manifest"]["content_hash"]
+
+
 def test_an_lm_whose_tokenizer_adds_bos_reads_it_in_every_row(dg_inputs, tiny_llama_dir, tmp_path):
     """A Llama whose tokenizer adds BOS: the no-passage row starts with it as the passage rows do (once), the
     dataset records it; ``--windows.bos passage`` (the reference) leaves it out and is part of the identity."""

@@ -428,6 +428,23 @@ def test_data_configs_stack_and_scores_come_in_parts(capsys):
     assert "data_gen.scores_file import a.npz b.npz" in plan
 
 
+def test_a_data_stage_of_the_first_shards_is_done_when_its_last_shard_is(tmp_path):
+    """data.set {first_shards: N}: the data step writes a part of the dataset (build.yaml + build-multi.yaml:
+    100,000 examples in shards of 2,000) and counts as done when shard N - 1 is written, not at a manifest."""
+    from pipeline.__main__ import pipeline
+    from pipeline.plan import Recipe, plan
+    from ralm.cli import parse
+
+    kw = parse(pipeline, ["--config", str(ROOT / "configs" / "recipes" / "wikitext2-smollm2.yaml"), "--data.config",
+                          "[configs/wikitext2/build.yaml, configs/wikitext2/build-multi.yaml]", "--data.set",
+                          "{first_shards: 8}", "--out", str(tmp_path)], "p")
+    r = Recipe(**{k: v for k, v in kw.items()
+                  if k not in ("stage", "until", "print_plan", "verify", "expect", "expected")})
+    step = next(s for s in plan(r) if s.stage == "data" and "--first_shards" in s.argv)
+    assert step.argv[step.argv.index("--first_shards") + 1] == "8"
+    assert step.done == tmp_path / "data" / "train-00007-of-00050.parquet"
+
+
 def test_the_learning_curve_table_and_plot(tmp_path):
     """A recipe whose fits read nested subsets (wikitext2-smollm2-curve.yaml): the report's curve gives each size's
     seeds, their geometric mean, the change against bm25 and the gap closed, from the rows' results.json."""
