@@ -28,6 +28,7 @@ from pipeline.report import write_judge_curve, write_report
 from pipeline.stamps import Ledger, describe_stale
 from pipeline.texts import write_texts
 from ralm.cli import run_module
+from ralm.files import file_sha256
 from ralm.lock import claim
 from ralm.models import ModelError, resolve
 from ralm.settings import InputError
@@ -198,8 +199,8 @@ def run(r: Recipe, steps: list[Step]) -> int:
                     ledger.record(step)
                 if step.stage == "data" and step.finished() and "assembled" in step.title:
                     training = step.done.parent == r.root / "data"
-                    _check_scores(step.done, r.data if training else r.judge, "training data" if training else
-                                  "the judge's data")
+                    _check_scores(step.done.parent, r.data if training else r.judge, "training data" if training
+                                  else "the judge's data")
             say(f"all {len(steps)} step(s) done in {time.time() - t0:.0f}s"
                 + (f"; report: {r.root / 'report' / 'report.md'}" if any(s.stage == "report" for s in steps) else ""))
     finally:
@@ -207,13 +208,24 @@ def run(r: Recipe, steps: list[Step]) -> int:
     return 0
 
 
-def _check_scores(manifest: Path, data, label: str) -> None:
-    """With imported scores (``data``: the recipe's data or judge): say whether the assembled dataset is the
-    scores files' one, byte for byte (whole files: the content hash; parts: each shard's sha256)."""
-    if not (data.scores and manifest.is_file()):
+def _check_scores(out: Path, data, label: str) -> None:
+    """With imported scores (``data``: the recipe's data or judge): say whether the assembled dataset in ``out``
+    is the scores files' one, byte for byte (whole files: the content hash; parts: each shard's sha256; a part of
+    the dataset, ``first_shards``: each shard written)."""
+    manifest = out / "manifest.json"
+    if not data.scores:
+        return
+    files = data.scores_files
+    if not manifest.is_file():
+        recorded = shard_hashes(files)
+        written = sorted(out.glob("train-*.parquet"))
+        differ = [f.name for i, f in enumerate(written) if i in recorded and file_sha256(f) != recorded[i]]
+        say(f"{label}: {len(written)} shard(s) written (a part of the dataset), " + (
+            "each the scores files' byte for byte" if not differ else f"{len(differ)} differing from the scores "
+            "files' (shard bytes differ with the pyarrow version; the rows were checked against the retrieval by "
+            "data_gen.build)"))
         return
     m = json.loads(manifest.read_text())
-    files = data.scores_files
     with np.load(files[0]) as z:
         theirs = str(z["content_hash"])
     if len(files) == 1 and theirs:
