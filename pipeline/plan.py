@@ -109,12 +109,13 @@ class Recipe:
                 raise SettingsError(f"{what}: {path!r} is not a file")
         for f in self.fits:
             _check_schedule(f)
+        rows: set[str] = set()
         for text in self.eval_texts():
             names = [name for name, _ in self.rows(text)]
             twice = sorted({n for n in names if names.count(n) > 1})
             if twice:
                 raise SettingsError(f"eval.rows {twice}: a name another row of {text} has; give each row its own")
-        rows = {name for text in self.eval_texts() for name, _ in self.rows(text)}
+            rows |= set(names)
         bad = [b for b in self.report.baselines
                if not (b in rows or b == "untrained" and any(n.endswith("-untrained") for n in rows))]
         if bad:
