@@ -18,6 +18,9 @@ skipped, and a killed or stopped one continues where it was when the same comman
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+
+import yaml
 
 from pipeline.recipe import PRECISIONS, Corpus, Data, Evaluation, Fit, Judge, Report, Split, Texts
 from ralm.cli import run
@@ -111,12 +114,50 @@ _ARGV: list[str] | None = None
 FLAGS = ("--print_plan", "--verify", "--expect")
 
 
+#: The recipe's lists of settings groups, each with the value that empties it.
+LISTS = {"fits": "null", "eval.rows": "[]"}
+
+
+def _lists_in(cfg: object) -> list[str]:
+    """The lists of :data:`LISTS` a config's settings give."""
+    out = []
+    for key in LISTS:
+        node = cfg
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            out.append(key)
+    return out
+
+
+def _lists_replace(args: list[str]) -> list[str]:
+    """A list of settings groups (``fits``, ``eval.rows``) that a later config or flag gives replaces the earlier
+    one whole. jsonargparse merges a list item by item into an earlier list of the same length, so an overlay's
+    second fit silently took the base recipe's second fit's ``set`` (its loss); emptying the list before each
+    config or flag that gives one keeps every item as written."""
+    out = []
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if name == "--config":
+            f = Path(value if eq else args[i + 1] if i + 1 < len(args) else "")
+            try:
+                keys = _lists_in(yaml.safe_load(f.read_text()) if f.is_file() else None)
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                keys = []  # jsonargparse names what is wrong with it
+        else:
+            keys = [name[2:]] if name.startswith("--") and name[2:] in LISTS else []
+        for key in keys:
+            out += [f"--{key}", LISTS[key]]
+        out.append(a)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     global _ARGV
     _ARGV = sys.argv[1:] if argv is None else list(argv)
     args = [a for i, a in enumerate(_ARGV) for a in ((a, "true") if a in FLAGS and (
         i + 1 == len(_ARGV) or _ARGV[i + 1].startswith("--")) else (a,))]  # a bare --print_plan etc., as a flag
-    return run(pipeline, args, "python -m pipeline", description=__doc__)
+    return run(pipeline, _lists_replace(args), "python -m pipeline", description=__doc__)
 
 
 if __name__ == "__main__":

@@ -417,6 +417,34 @@ def test_corpus_fields_reach_the_index_command(tmp_path, capsys):
     assert "python -m ralm.corpus" in plan and """--fields '{"id": "doc_no", "text": "passage_text"}'""" in plan, plan
 
 
+def test_a_later_configs_lists_replace_the_earlier_ones_whole(tmp_path, capsys):
+    """An overlay's fits and eval.rows are taken as written, as is a --fits flag after them: jsonargparse alone
+    merged a list item by item into the base's list of the same length (an overlay's second fit took the base's
+    second fit's loss, its first the base's untrained start)."""
+    base = str(ROOT / "configs" / "recipes" / "wikitext2-smollm2.yaml")  # fits: shared (untrained), marginal
+    fit = {"configs": ["configs/wikitext2/fit.yaml"], "seeds": [0]}
+    one = _yaml(tmp_path / "one.yaml", {"fits": [{"name": "a", **fit}, {"name": "b", **fit}],
+                                        "eval": {"rows": [{"name": "r", "reranker": "bm25", "set": {"retrieval.k": 2}}]},
+                                        "report": {"baselines": ["bm25"]}})
+    two = _yaml(tmp_path / "two.yaml", {"eval": {"rows": [{"name": "s", "reranker": "bm25"}]}})
+
+    def plan(*flags: str) -> list[str]:
+        assert _pipeline("--config", base, "--config", str(one), *flags, "--print_plan") == 0
+        return [line for line in capsys.readouterr().out.splitlines() if line.startswith("python -m ")]
+
+    def exports(lines: list[str]) -> list[str]:
+        fits = [line for line in lines if line.startswith("python -m reranking.fit ")]
+        assert not any("marginal" in f for f in fits)
+        return [f.split("--export_dir ")[1].split()[0].rsplit("/", 1)[1] for f in fits]
+
+    assert exports(plan()) == ["a", "b"]  # one seed each, no untrained start
+    assert any("/r " in line and line.endswith("--retrieval.k 2") for line in plan())
+    rows = [line for line in plan("--config", str(two)) if line.startswith("python -m eval.ppl ")]
+    assert any("/s " in line for line in rows) and not any("retrieval.k 2" in line or "/r " in line for line in rows)
+    assert exports(plan("--fits", "[{name: c, configs: [configs/wikitext2/fit.yaml], seeds: [0]}, "
+                        "{name: d, configs: [configs/wikitext2/fit.yaml], seeds: [1]}]")) == ["c", "d"]
+
+
 def test_data_configs_stack_and_scores_come_in_parts(capsys):
     """data.config may be a list (a base, then what differs: build.yaml + build-multi.yaml) and data.scores
     several files (a build committed in parts): the plan passes each, in order."""
