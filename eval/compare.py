@@ -111,7 +111,8 @@ def notes(runs: list[dict], blocks: int = DEFAULT_BLOCKS) -> str:
                           by["oracle"]["results"]["ppl_word"] > ppl else "")
                        + ". Levers: a longer window (windows.max_length) or a smaller passage budget "
                          "(windows.doc_max_tokens), so a passage displaces less of the text's own context; a reranker "
-                         "that may choose no passage; or no retrieval for this text.")
+                         "that may choose no passage (model.abstain: true in its fit, configs/wikitext2/"
+                         "fit-abstain.yaml; the oracle-abstain row shows its ceiling); or no retrieval for this text.")
     unit, unit_name = units_of(len(runs[0]["nll"]), runs[0]["article"], blocks)
     n = int(unit.max()) + 1
     if unit_name == "article" and n < FEW_UNITS:

@@ -402,6 +402,7 @@ def test_the_readmes_walkthrough_recipe_plans(tmp_path, capsys):
     plan = capsys.readouterr().out
     assert [line for line in plan.splitlines() if line.startswith("# ")] == [
         "# index", "# data", "# fit", "# eval", "# report"]
+    assert "--config configs/wikitext2/fit-abstain.yaml" in plan and "--reranker oracle-abstain" in plan
 
 
 def test_corpus_fields_reach_the_index_command(tmp_path, capsys):

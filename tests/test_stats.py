@@ -137,7 +137,7 @@ def test_compare_says_when_retrieval_hurts_and_when_articles_are_few():
     hurt = notes([fake("none", 300.0, 4), fake("bm25", 360.0, 4), fake("oracle", 330.0, 4)])
     assert "**Retrieval hurts this text**: no passage (none, word ppl 300.000) beats every retrieval row: " \
            "bm25 360.000 (+20.0%), oracle 330.000 (+10.0%) — the oracle too" in hurt
-    assert "windows.doc_max_tokens" in hurt and "**Only 4 articles**" in hurt
+    assert "windows.doc_max_tokens" in hurt and "model.abstain: true" in hurt and "**Only 4 articles**" in hurt
     assert all(line.startswith(">") for line in hurt.strip().splitlines())
     helps = [fake("none", 300.0, FEW_UNITS), fake("bm25", 280.0, FEW_UNITS), fake("oracle", 250.0, FEW_UNITS)]
     assert notes(helps) == ""
