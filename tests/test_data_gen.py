@@ -686,6 +686,41 @@ def test_an_lm_whose_tokenizer_adds_bos_reads_it_in_every_row(dg_inputs, tiny_ll
                 assert got == pytest.approx(ref, abs=1e-4), (mode, c)
 
 
+def test_a_multi_target_build_reads_one_bos_in_every_row(dg_inputs, tiny_llama_dir, tmp_path):
+    """4 targets a window (build-multi.yaml's way) with an LM whose tokenizer adds BOS (Gemma's case): every
+    target of a window, with every candidate and without, equals a plain forward over its shortened window that
+    starts with exactly one BOS."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ralm.scoring import bos_token
+
+    m, out = 4, tmp_path / "out"
+    rc, log = run_cli(build_args({**dg_inputs, "model": tiny_llama_dir}, out, "--examples", "8", "--shard_size", "8",
+                                 "--targets.per_window", str(m), "--targets.candidates", "shared",
+                                 "--targets.extend", "true"))
+    assert rc == 0, log
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
+    bos = bos_token(tok)
+    assert bos is not None
+    ids = tok(dg_inputs["text"].read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+    group = sorted(load_rows(out), key=lambda r: r["id"])[:m]
+    end = group[-1]["position"] + S
+    for j, r in enumerate(group):
+        short = ids[end - (L + (m - 1) * S):r["position"] + S]
+        for c in list(range(r["n_candidates"])) + [None]:
+            doc = [bos] if c is None else tok(r["doc_texts"][c], max_length=DOC, truncation=True)["input_ids"]
+            assert doc[:1] == [bos] and doc[1:2] != [bos]  # one BOS, never two
+            seq = doc + short[len(doc):]
+            with torch.no_grad():
+                logp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
+            n = len(seq)
+            ref = sum(logp[n - S - 1 + i, seq[n - S + i]].item() for i in range(S))
+            got = r["nodoc_logprob"] if c is None else r["lm_logprobs"][c]
+            assert got == pytest.approx(ref, abs=1e-4), (j, c)
+
+
 def test_a_multi_target_build_resumes_from_a_part(dg_inputs, tmp_path):
     """m = 4: a build given the scores of its first shard (a committed part) scores only the rest, in whole windows,
     and ends as the unbroken build did (content hash)."""
