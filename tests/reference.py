@@ -96,5 +96,12 @@ def target_logprob(model, tok, ids, position: int, doc: str | None, *, stride: i
     d = [] if doc is None else tok.encode(doc, max_length=doc_max, truncation=True)
     seq = d + list(ids[position + stride - (max_length - len(d)):position + stride])
     assert len(seq) == max_length
-    logp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
-    return sum(float(logp[max_length - stride - 1 + i, seq[max_length - stride + i]]) for i in range(stride))
+    return last_tokens_logprob(model, seq, stride)
+
+
+def last_tokens_logprob(model, seq: list[int], s: int) -> float:
+    """log p of the last ``s`` tokens of ``seq`` given the tokens before them: one plain forward."""
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
+    n = len(seq)
+    return sum(float(logp[n - s - 1 + i, seq[n - s + i]]) for i in range(s))

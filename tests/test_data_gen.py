@@ -96,8 +96,9 @@ def test_schema_and_manifest(built):
 
 def test_logprobs_match_plain_hf_forward(built, dg_inputs):
     """Stored log p(y | d; x) == a single-example HF forward of [doc ; prefix cut from the left]."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.reference import last_tokens_logprob
 
     tok = AutoTokenizer.from_pretrained(dg_inputs["model"])
     model = AutoModelForCausalLM.from_pretrained(dg_inputs["model"]).eval()
@@ -114,9 +115,7 @@ def test_logprobs_match_plain_hf_forward(built, dg_inputs):
             doc = [] if j is None else tok(r["doc_texts"][j], max_length=DOC, truncation=True)["input_ids"]
             seq = doc + ids[p + S - (L - len(doc)):p + S]  # [doc ; prefix cut from the left ; y], length L
             assert len(seq) == L
-            with torch.no_grad():
-                logp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
-            ref = sum(logp[L - S - 1 + i, seq[L - S + i]].item() for i in range(S))
+            ref = last_tokens_logprob(model, seq, S)
             got = r["nodoc_logprob"] if j is None else r["lm_logprobs"][j]
             assert got == pytest.approx(ref, abs=1e-4)
             checked += 1
@@ -548,8 +547,9 @@ def test_multi_target_logprobs_match_single_target_transcription(multi_target, d
     target j: (m - 1 - j) * s tokens shorter, the document overwriting its first positions), so the last target
     equals one-target scoring of its own full window; with ``extend`` (rows of L + (m - 1) * s) the first one
     does. Every candidate and the no-document row of 2 windows."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.reference import last_tokens_logprob
 
     m = 4
     row = L + (m - 1) * S if way.endswith("extend") else L
@@ -572,10 +572,7 @@ def test_multi_target_logprobs_match_single_target_transcription(multi_target, d
             for c in list(range(r["n_candidates"])) + [None]:
                 doc = [] if c is None else tok(r["doc_texts"][c], max_length=DOC, truncation=True)["input_ids"]
                 seq = doc + short[len(doc):]
-                with torch.no_grad():
-                    logp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
-                n = len(seq)
-                ref = sum(logp[n - S - 1 + i, seq[n - S + i]].item() for i in range(S))
+                ref = last_tokens_logprob(model, seq, S)
                 got = r["nodoc_logprob"] if c is None else r["lm_logprobs"][c]
                 assert got == pytest.approx(ref, abs=1e-4), (w, j, c)
 
@@ -653,10 +650,10 @@ def test_first_shards_writes_a_part_that_the_same_command_completes(built, dg_in
 def test_an_lm_whose_tokenizer_adds_bos_reads_it_in_every_row(dg_inputs, tiny_llama_dir, tmp_path):
     """A Llama whose tokenizer adds BOS: the no-passage row starts with it as the passage rows do (once), the
     dataset records it; ``--windows.bos passage`` (the reference) leaves it out and is part of the identity."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ralm.scoring import bos_token
+    from tests.reference import last_tokens_logprob
 
     tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
@@ -679,9 +676,7 @@ def test_an_lm_whose_tokenizer_adds_bos_reads_it_in_every_row(dg_inputs, tiny_ll
                        else [bos] if mode == "every_row" else [])
                 assert doc[:1] == ([bos] if c is not None or mode == "every_row" else [])  # one BOS, never two
                 seq = doc + window[len(doc):]
-                with torch.no_grad():
-                    logp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
-                ref = sum(logp[L - S - 1 + i, seq[L - S + i]].item() for i in range(S))
+                ref = last_tokens_logprob(model, seq, S)
                 got = r["nodoc_logprob"] if c is None else r["lm_logprobs"][c]
                 assert got == pytest.approx(ref, abs=1e-4), (mode, c)
 
@@ -690,10 +685,10 @@ def test_a_multi_target_build_reads_one_bos_in_every_row(dg_inputs, tiny_llama_d
     """4 targets a window (build-multi.yaml's way) with an LM whose tokenizer adds BOS (Gemma's case): every
     target of a window, with every candidate and without, equals a plain forward over its shortened window that
     starts with exactly one BOS."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ralm.scoring import bos_token
+    from tests.reference import last_tokens_logprob
 
     m, out = 4, tmp_path / "out"
     rc, log = run_cli(build_args({**dg_inputs, "model": tiny_llama_dir}, out, "--examples", "8", "--shard_size", "8",
@@ -713,10 +708,7 @@ def test_a_multi_target_build_reads_one_bos_in_every_row(dg_inputs, tiny_llama_d
             doc = [bos] if c is None else tok(r["doc_texts"][c], max_length=DOC, truncation=True)["input_ids"]
             assert doc[:1] == [bos] and doc[1:2] != [bos]  # one BOS, never two
             seq = doc + short[len(doc):]
-            with torch.no_grad():
-                logp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
-            n = len(seq)
-            ref = sum(logp[n - S - 1 + i, seq[n - S + i]].item() for i in range(S))
+            ref = last_tokens_logprob(model, seq, S)
             got = r["nodoc_logprob"] if c is None else r["lm_logprobs"][c]
             assert got == pytest.approx(ref, abs=1e-4), (j, c)
 
